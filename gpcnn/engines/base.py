@@ -1,0 +1,41 @@
+"""What every engine offers gpcnn; subclasses differ only in DDL, settings and dispatch."""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+import sqlalchemy as sa
+
+
+class Backend:
+    """An engine gpcnn runs on, bound to a SQLAlchemy engine and gpcnn's schema."""
+
+    kind: ClassVar[str] = "abstract"
+
+    def __init__(self, engine: sa.Engine, schema: str = "gpcnn") -> None:
+        self.engine = engine
+        self.schema = schema
+
+    def quote(self, identifier: str) -> str:
+        return self.engine.dialect.identifier_preparer.quote(identifier)
+
+    @property
+    def qschema(self) -> str:
+        return self.quote(self.schema)
+
+    def server_version(self) -> str:
+        with self.engine.connect() as conn:
+            return conn.execute(sa.text("SELECT version()")).scalar()
+
+    def default_segments(self) -> int:
+        """K when the user gives none."""
+        raise NotImplementedError
+
+    def probe_segments(self, threads: int | None = None) -> list[dict]:
+        """The environment probe's JSON, once per segment (a segment id added to each)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _decode_probes(rows) -> list[dict]:
+        return [{"segment": segment, **json.loads(text)} for segment, text in rows]

@@ -1,0 +1,74 @@
+"""``check_environment``: can this database run gpcnn? Versions as seen from inside plpython3u."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import sqlalchemy as sa
+
+from .engines import backend_for
+from .install import InstallError, ensure_installed, ensure_plpython
+
+
+class ServerPythonError(InstallError):
+    """The server's Python lacks something gpcnn needs; the message names the fix."""
+
+
+@dataclass
+class EnvironmentReport:
+    engine_kind: str
+    server_version: str
+    segments: int
+    installed: str
+    probes: list[dict] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        lines = [
+            f"engine:   {self.engine_kind} ({self.server_version.split(' on ')[0]})",
+            f"segments: {self.segments} (default K for new image tables)",
+            f"gpcnn:    {self.installed} installed",
+        ]
+        for p in self.probes:
+            where = "server" if p["segment"] < 0 else f"segment {p['segment']}"
+            lines.append(
+                f"{where}: Python {p['python']}, TensorFlow {p['tensorflow']}, Keras {p['keras']}, "
+                f"numpy {p['numpy']}, {p['cpu_count']} CPUs, TF threads {p['tf_threads']}"
+            )
+        return "\n".join(lines)
+
+
+def check_environment(engine: sa.Engine, schema: str = "gpcnn") -> EnvironmentReport:
+    """Probe every segment's Python; raise one actionable error for each missing piece."""
+    with engine.begin() as conn:
+        ensure_plpython(conn)
+    installed = ensure_installed(engine, schema)
+    backend = backend_for(engine, schema)
+    try:
+        probes = backend.probe_segments()
+    except sa.exc.DBAPIError as e:
+        message = str(e.orig)
+        if "No module named" in message:
+            raise ServerPythonError(
+                "TensorFlow cannot be imported inside the server's plpython3u "
+                f"({message.strip().splitlines()[0]}). Put an environment with tensorflow, keras 3 "
+                "and numpy, built with the Python that plpython3u embeds, on the server's Python "
+                "path (the embedded cluster does this after `make setup`; on Greenplum install them "
+                "for every segment host's Python, see docs/greenplum.md)."
+            ) from e
+        raise
+    for p in probes:
+        if not p["keras"].startswith("3."):
+            raise ServerPythonError(
+                f"the server imports Keras {p['keras']}; gpcnn needs Keras 3 (pip install "
+                "'keras>=3' tensorflow>=2.16 into the server's Python environment)"
+            )
+    return EnvironmentReport(
+        engine_kind=backend.kind,
+        server_version=backend.server_version(),
+        segments=backend.default_segments(),
+        installed=installed,
+        probes=probes,
+    )

@@ -1,0 +1,299 @@
+"""The code that runs inside the database, one segment at a time.
+
+Plain Python: the installer copies this module (with ``weights`` and ``merge``) into the bodies of the
+``plpython3u`` functions, and tests import it directly. Everything arrives as arguments: nothing here
+reads tables (on Greenplum a UDF may not query during a distributed query).
+
+The training aggregate, MADlib-style (DESIGN.md, The aggregate):
+- ``train_transition`` runs once per buffer (table row). On a segment's first buffer of an iteration it
+  takes the model from the process cache, sets the incoming weights, resets the optimizer and the
+  random state, then trains on the buffer with a ``train_on_batch`` loop and accumulates image-weighted
+  loss and metrics. On the segment's last buffer (its image count reaches ``expected``) it puts
+  ``n * w`` for ALL weights into the state; earlier rows carry only counts and sums.
+- ``merge`` adds two states: counts, loss/metric sums and weight sums. Exact int counts, float64 sums.
+- ``final`` divides: the image-weighted mean weights, loss and metrics.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import sys
+import tempfile
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from . import weights as wire
+
+STATE_MAGIC = b"GPCS"
+RESULT_MAGIC = b"GPCR"
+LABEL_DTYPE = np.dtype("<i4")
+_MODEL_CACHE_SIZE = 4
+
+_models: OrderedDict[str, Any] = OrderedDict()
+_threads: int | None = None
+
+
+class SegmentError(RuntimeError):
+    """Raised inside the database; the message reaches the client in the SQL error."""
+
+
+# -- images -------------------------------------------------------------------------------------
+
+
+def to_model_input(images: np.ndarray) -> np.ndarray:
+    """The one conversion of stored uint8 images to model input: ``float32(x) / 255``."""
+    return np.asarray(images, dtype=np.float32) / np.float32(255.0)
+
+
+def decode_images(data: bytes | memoryview, n: int, image_shape: list[int]) -> np.ndarray:
+    """The uint8 images of one buffer, shaped (n, H, W, C)."""
+    return np.frombuffer(data, dtype=np.uint8).reshape((n, *image_shape))
+
+
+def decode_labels(data: bytes | memoryview) -> np.ndarray:
+    return np.frombuffer(data, dtype=LABEL_DTYPE)
+
+
+# -- TensorFlow in this process ---------------------------------------------------------------
+
+
+def keras_module(threads: int | None = None) -> Any:
+    """Import Keras, fixing TensorFlow's settings first (thread counts only work before TF starts)."""
+    global _threads
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if not os.environ.get("HOME") and "KERAS_HOME" not in os.environ:
+        os.environ["KERAS_HOME"] = os.path.join(tempfile.gettempdir(), "gpcnn-keras")
+    if not sys.argv:
+        sys.argv = ["gpcnn"]  # absl and friends index sys.argv, which is empty in a backend
+    import tensorflow as tf
+
+    if _threads is None and threads:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+            tf.config.threading.set_inter_op_parallelism_threads(int(threads))
+            _threads = int(threads)
+        except RuntimeError:  # TF already initialised in this process by someone else
+            _threads = tf.config.threading.get_intra_op_parallelism_threads() or None
+    import keras
+
+    return keras
+
+
+def probe(threads: int | None = None) -> str:
+    """Versions and resources of the Python that runs here, as JSON (the environment check)."""
+    keras = keras_module(threads)
+    import tensorflow as tf
+
+    return json.dumps(
+        {
+            "python": sys.version.split()[0],
+            "tensorflow": tf.__version__,
+            "keras": keras.__version__,
+            "numpy": np.__version__,
+            "cpu_count": os.cpu_count(),
+            "tf_threads": tf.config.threading.get_intra_op_parallelism_threads(),
+            "onednn": os.environ.get("TF_ENABLE_ONEDNN_OPTS"),
+            "pid": os.getpid(),
+        }
+    )
+
+
+def build_model(model_json: str, options: dict) -> Any:
+    """A compiled model for (architecture, compile options), cached per process."""
+    key = hashlib.sha256((model_json + json.dumps(options["compile"], sort_keys=True)).encode())
+    key = key.hexdigest()
+    if key in _models:
+        _models.move_to_end(key)
+        return _models[key]
+    keras = keras_module(options.get("threads"))
+    try:
+        model = keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
+    except Exception as e:
+        raise SegmentError(f"the model cannot be rebuilt in safe mode: {e}") from e
+    compile_options = options["compile"]
+    model.compile(
+        optimizer=keras.optimizers.deserialize(compile_options["optimizer"]),
+        loss=compile_options["loss"],
+        metrics=list(compile_options["metrics"]),
+    )
+    model.optimizer.build(model.trainable_variables)
+    model._gpcnn_optimizer_start = [v.numpy() for v in model.optimizer.variables]
+    _models[key] = model
+    while len(_models) > _MODEL_CACHE_SIZE:
+        _models.popitem(last=False)
+    return model
+
+
+def reset_optimizer(model: Any) -> None:
+    """A fresh optimizer: every slot and the step counter back to their values after build."""
+    for var, start in zip(model.optimizer.variables, model._gpcnn_optimizer_start, strict=True):
+        var.assign(start)
+
+
+def seed_everything(model: Any, seed: int | None, iteration: int, key: int) -> None:
+    """Fix Dropout masks and any other randomness for this (run seed, iteration, segment)."""
+    if seed is None:
+        return
+    keras = keras_module()
+    derived = int.from_bytes(
+        hashlib.sha256(f"{seed}/{iteration}/{key}".encode()).digest()[:4], "little"
+    )
+    keras.utils.set_random_seed(derived % (2**31))
+    weight_ids = {id(v) for v in model.weights}
+    for i, var in enumerate(model.variables):
+        if id(var) not in weight_ids and "seed_generator" in var.path:
+            var.assign(np.array([(derived + i) % (2**31), 0], dtype=var.dtype))
+
+
+# -- state encoding -----------------------------------------------------------------------------
+
+
+def _pack(magic: bytes, header: dict, payload: bytes = b"") -> bytes:
+    head = json.dumps(header).encode()
+    return magic + struct.pack("<I", len(head)) + head + payload
+
+
+def _unpack(data: bytes | memoryview, magic: bytes) -> tuple[dict, memoryview]:
+    view = memoryview(data)
+    if bytes(view[:4]) != magic:
+        raise SegmentError("not a gpcnn aggregate state (wrong magic)")
+    (length,) = struct.unpack("<I", view[4:8])
+    return json.loads(bytes(view[8 : 8 + length])), view[8 + length :]
+
+
+def encode_state(count: int, sums: dict[str, float], weight_sum: np.ndarray | None) -> bytes:
+    header = {"count": int(count), "sums": sums, "has_weights": weight_sum is not None}
+    payload = b"" if weight_sum is None else np.asarray(weight_sum, dtype="<f8").tobytes()
+    return _pack(STATE_MAGIC, header, payload)
+
+
+def decode_state(data: bytes | memoryview) -> tuple[int, dict[str, float], np.ndarray | None]:
+    header, payload = _unpack(data, STATE_MAGIC)
+    weight_sum = np.frombuffer(payload, dtype="<f8") if header["has_weights"] else None
+    return header["count"], header["sums"], weight_sum
+
+
+def decode_result(data: bytes | memoryview) -> tuple[dict, np.ndarray | None]:
+    """A final value: ``({"images", "loss", metrics...}, float32 weights or None)``."""
+    header, payload = _unpack(data, RESULT_MAGIC)
+    flat = wire.from_bytes(payload) if header.pop("has_weights") else None
+    return header, flat
+
+
+# -- the aggregates -----------------------------------------------------------------------------
+
+
+def _accumulate(sums: dict[str, float], logs: dict, images: int) -> None:
+    for name, value in logs.items():
+        sums[name] = sums.get(name, 0.0) + float(value) * images
+
+
+def train_transition(
+    state: bytes | None,
+    key: int,
+    x: bytes,
+    y: bytes,
+    n: int,
+    model_json: str,
+    options_json: str,
+    weights: bytes,
+    expected: int,
+) -> bytes:
+    """Train on one buffer; see the module docstring for the protocol."""
+    options = json.loads(options_json)
+    model = build_model(model_json, options)
+    if state is None:
+        count, sums = 0, {}
+        wire.set_model_weights(model, weights)
+        reset_optimizer(model)
+        seed_everything(model, options.get("seed"), options.get("iteration", 0), key)
+    else:
+        count, sums, _ = decode_state(state)
+    images = to_model_input(decode_images(x, n, options["image_shape"]))
+    labels = decode_labels(y)
+    batch_size = int(options["batch_size"])
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        logs = model.train_on_batch(images[start:stop], labels[start:stop], return_dict=True)
+        _accumulate(sums, logs, stop - start)
+    count += n
+    if count > expected:
+        raise SegmentError(f"segment {key} saw {count} images, more than the {expected} expected")
+    weight_sum = None
+    if count == expected:
+        weight_sum = wire.flatten(model.get_weights()).astype(np.float64) * count
+    return encode_state(count, sums, weight_sum)
+
+
+def evaluate_transition(
+    state: bytes | None,
+    x: bytes,
+    y: bytes,
+    n: int,
+    model_json: str,
+    options_json: str,
+    weights: bytes,
+) -> bytes:
+    """Loss and metrics of the given weights on one buffer, summed over images."""
+    options = json.loads(options_json)
+    model = _model_with_weights(model_json, options, weights, state is None)
+    count, sums, _ = (0, {}, None) if state is None else decode_state(state)
+    images = to_model_input(decode_images(x, n, options["image_shape"]))
+    labels = decode_labels(y)
+    for start in range(0, n, int(options.get("eval_batch_size", 1000))):
+        stop = min(start + int(options.get("eval_batch_size", 1000)), n)
+        logs = model.test_on_batch(images[start:stop], labels[start:stop], return_dict=True)
+        _accumulate(sums, logs, stop - start)
+    return encode_state(count + n, sums, None)
+
+
+def _model_with_weights(model_json: str, options: dict, weights: bytes, first: bool) -> Any:
+    model = build_model(model_json, options)
+    digest = hashlib.sha256(weights).hexdigest()
+    if first or getattr(model, "_gpcnn_weights_digest", None) != digest:
+        wire.set_model_weights(model, weights)
+        model._gpcnn_weights_digest = digest
+    return model
+
+
+def predict(x: bytes, n: int, model_json: str, options_json: str, weights: bytes) -> bytes:
+    """Class probabilities of one buffer, float32 (n, classes) little-endian bytes."""
+    options = json.loads(options_json)
+    model = _model_with_weights(model_json, options, weights, False)
+    images = to_model_input(decode_images(x, n, options["image_shape"]))
+    probabilities = model.predict_on_batch(images)
+    return np.asarray(probabilities, dtype="<f4").tobytes()
+
+
+def merge(a: bytes | None, b: bytes | None) -> bytes | None:
+    """(n1, S1) + (n2, S2) = (n1 + n2, S1 + S2): counts, loss/metric sums, weight sums."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    count_a, sums_a, w_a = decode_state(a)
+    count_b, sums_b, w_b = decode_state(b)
+    sums = {k: sums_a.get(k, 0.0) + sums_b.get(k, 0.0) for k in sums_a.keys() | sums_b.keys()}
+    if (w_a is None) != (w_b is None):
+        raise SegmentError("cannot merge a finished segment state with an unfinished one")
+    return encode_state(count_a + count_b, sums, None if w_a is None else w_a + w_b)
+
+
+def final(state: bytes | None) -> bytes:
+    """w = S / n, plus image-weighted loss and metrics. An empty total is an error."""
+    if state is None:
+        raise SegmentError("no images reached the aggregate: the table or slice is empty")
+    count, sums, weight_sum = decode_state(state)
+    if count == 0:
+        raise SegmentError("no images reached the aggregate: the table or slice is empty")
+    header = {"images": count, **{k: v / count for k, v in sums.items()}}
+    header["has_weights"] = weight_sum is not None
+    payload = b"" if weight_sum is None else wire.to_bytes(weight_sum / count)
+    return _pack(RESULT_MAGIC, header, payload)

@@ -1,0 +1,86 @@
+"""Keras model weights <-> flat little-endian float32 bytes, with a shape manifest.
+
+Weights travel between the client and the segments as raw bytes (never pickle): the concatenation of
+every array of ``model.get_weights()`` in order, float32 little-endian. The manifest (JSON-able list of
+``{"name", "shape", "dtype", "trainable"}``) is taken from the model, so the bytes alone carry no
+structure. This module runs inside the database too: it imports only numpy at module level.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+WIRE_DTYPE = np.dtype("<f4")
+
+
+class WeightsError(ValueError):
+    """Weights and model disagree, or the model cannot travel as float32."""
+
+
+def manifest(model: Any) -> list[dict]:
+    """One entry per array of ``model.get_weights()``; refuses models that are not all float32."""
+    trainable = {id(v) for v in model.trainable_weights}
+    entries = []
+    for v in model.weights:
+        dtype = str(getattr(v, "dtype", "float32"))
+        if dtype != "float32":
+            raise WeightsError(
+                f"weight {v.path} is {dtype}: gpcnn moves float32 weights only "
+                "(mixed-precision models are not supported yet)"
+            )
+        entries.append(
+            {"name": v.path, "shape": list(v.shape), "dtype": dtype, "trainable": id(v) in trainable}
+        )
+    return entries
+
+
+def sizes(entries: list[dict]) -> list[int]:
+    return [int(np.prod(e["shape"], dtype=np.int64)) for e in entries]
+
+
+def trainable_mask(entries: list[dict]) -> np.ndarray:
+    """Boolean mask over the flat vector: True where the weight is trainable."""
+    return np.concatenate(
+        [np.full(n, e["trainable"], dtype=bool) for e, n in zip(entries, sizes(entries), strict=True)]
+        or [np.zeros(0, dtype=bool)]
+    )
+
+
+def flatten(arrays: list[np.ndarray]) -> np.ndarray:
+    """The flat float32 vector of a list of arrays."""
+    if not arrays:
+        return np.zeros(0, dtype=WIRE_DTYPE)
+    return np.concatenate([np.asarray(a, dtype=np.float32).ravel() for a in arrays])
+
+
+def unflatten(flat: np.ndarray, entries: list[dict]) -> list[np.ndarray]:
+    """Split a flat vector back into arrays shaped as the manifest says."""
+    counts = sizes(entries)
+    if flat.size != sum(counts):
+        raise WeightsError(f"{flat.size} weight values for a model of {sum(counts)}")
+    out, start = [], 0
+    for e, n in zip(entries, counts, strict=True):
+        out.append(np.asarray(flat[start : start + n], dtype=np.float32).reshape(e["shape"]))
+        start += n
+    return out
+
+
+def to_bytes(flat: np.ndarray) -> bytes:
+    return np.asarray(flat, dtype=WIRE_DTYPE).tobytes()
+
+
+def from_bytes(data: bytes | memoryview) -> np.ndarray:
+    """The flat float32 vector of weight bytes (a read-only view: copy before changing it)."""
+    return np.frombuffer(data, dtype=WIRE_DTYPE)
+
+
+def model_to_bytes(model: Any) -> bytes:
+    return to_bytes(flatten(model.get_weights()))
+
+
+def set_model_weights(model: Any, data: bytes | memoryview | np.ndarray) -> None:
+    """Load flat weights (bytes or vector) into a Keras model."""
+    flat = data if isinstance(data, np.ndarray) else from_bytes(data)
+    model.set_weights(unflatten(flat, manifest(model)))

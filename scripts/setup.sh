@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Idempotent setup: Debian packages, then a Python environment built with the interpreter that the
+# server's plpython3u embeds, placed where the server's OS user can read it, linked as .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+PG_MAJOR=${GPCNN_PG_MAJOR:-15}
+packages=(postgresql-$PG_MAJOR postgresql-plpython3-$PG_MAJOR python3-venv dataset-fashion-mnist)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "gpcnn setup: missing Debian packages: ${missing[*]}" >&2
+    echo "  install them once with: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "gpcnn setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# The interpreter plpython3u embeds: the libpython it links against names it.
+plpython=/usr/lib/postgresql/$PG_MAJOR/lib/plpython3.so
+pyver=$(ldd "$plpython" | sed -n 's/.*libpython\(3\.[0-9]*\)\.so.*/\1/p' | head -n1)
+if [ -z "$pyver" ] || [ ! -x "/usr/bin/python$pyver" ]; then
+  echo "gpcnn setup: cannot find the Python that $plpython embeds (ldd shows: $pyver)" >&2
+  exit 1
+fi
+server_python=/usr/bin/python$pyver
+
+# Where the server's OS user can read it: as root the server runs as the 'gpcnn' user, and a checkout
+# under a 0700 home (root's) is unreadable to it, so the environment lives under /opt.
+if [ -n "${GPCNN_VENV_ROOT:-}" ]; then
+  venv_root=$GPCNN_VENV_ROOT
+elif [ "$(id -u)" -eq 0 ]; then
+  venv_root=/opt/gpcnn/venvs
+else
+  venv_root=${XDG_DATA_HOME:-$HOME/.local/share}/gpcnn/venvs
+fi
+checkout_id=$(printf '%s' "$root" | sha256sum | cut -c1-12)
+venv=$venv_root/py$pyver-$checkout_id
+lock_hash=$(cat requirements.lock setup.cfg pyproject.toml | sha256sum | cut -c1-16)
+stamp=$venv/.gpcnn-installed
+
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ] || [ ! -x "$venv/bin/gpcnn" ]; then
+  echo "gpcnn setup: building $venv with $server_python"
+  mkdir -p "$venv_root"
+  chmod 755 "$venv_root" "$(dirname "$venv_root")" 2>/dev/null || true
+  [ -x "$venv/bin/python" ] || "$server_python" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.lock
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+  chmod -R a+rX "$venv"
+  echo "$lock_hash" >"$stamp"
+fi
+ln -sfn "$venv" .venv
+echo "gpcnn setup: ready (.venv -> $venv)"
