@@ -138,18 +138,17 @@ def server_site_packages() -> Path:
 
 
 def _check_readable_by_server(c: Cluster, path: Path) -> None:
+    """A 0700 directory on the way (root's home) makes TF fail inside the server, confusingly."""
     if os.geteuid() != 0:
         return
-    probe = subprocess.run(
-        _as_server_user(c, ["test", "-r", str(path / "tensorflow" / "__init__.py")]),
-        capture_output=True,
-    )
+    probe = subprocess.run(_as_server_user(c, ["test", "-r", str(path), "-a", "-x", str(path)]))
     if probe.returncode != 0:
         blocked = next(
-            (p for p in [path, *path.parents] if not os.stat(p).st_mode & 0o005), path
+            (p for p in [path, *path.parents] if p.exists() and not os.stat(p).st_mode & 0o005),
+            path,
         )
         raise EmbeddedError(
-            f"the server's OS user '{c.user}' cannot read TensorFlow in {path} "
+            f"the server's OS user '{c.user}' cannot read the Python environment {path} "
             f"({blocked} is not readable by others). Run `make setup`, which places the "
             "environment under /opt/gpcnn where the server can read it, or chmod o+rx the path."
         )
