@@ -2,8 +2,8 @@
 
 __version__ = "0.1.0"
 
-from .engines import connect  # noqa: E402
-from .environment import check_environment  # noqa: E402
-from .install import install  # noqa: E402
+from .engines import connect
+from .environment import check_environment
+from .install import install
 
 __all__ = ["__version__", "check_environment", "connect", "install"]

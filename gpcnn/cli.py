@@ -58,8 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_database(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--database", help="SQLAlchemy URL (default: $GPCNN_DATABASE_URL, "
-                       "else the embedded PostgreSQL)")
+        p.add_argument(
+            "--database",
+            help="SQLAlchemy URL (default: $GPCNN_DATABASE_URL, else the embedded PostgreSQL)",
+        )
         p.add_argument("--schema", default="gpcnn", help="schema of gpcnn's own objects")
         return p
 

@@ -57,11 +57,19 @@ def run_demo(args: argparse.Namespace) -> int:
                 f"SELECT {q}.train(0, x, y, n, :model, :options, :weights, :n) "
                 "FROM (SELECT :x AS x, :y AS y, :n AS n) buffer"
             ),
-            {"x": x.tobytes(), "y": y.tobytes(), "n": n, "model": model.to_json(),
-             "options": json.dumps(options), "weights": wire.model_to_bytes(model)},
+            {
+                "x": x.tobytes(),
+                "y": y.tobytes(),
+                "n": n,
+                "model": model.to_json(),
+                "options": json.dumps(options),
+                "weights": wire.model_to_bytes(model),
+            },
         ).scalar()
     metrics, flat = segment.decode_result(result)
     changed = float(np.abs(flat - wire.flatten(model.get_weights())).max())
-    print(f"one train_on_batch pass inside the server on {metrics['images']} images: "
-          f"loss {metrics['loss']:.4f}, max |Δw| {changed:.4g}")
+    print(
+        f"one train_on_batch pass inside the server on {metrics['images']} images: "
+        f"loss {metrics['loss']:.4f}, max |Δw| {changed:.4g}"
+    )
     return 0

@@ -79,9 +79,7 @@ class Cluster:
 
     def url(self) -> str:
         cfg = self.config()
-        return (
-            f"postgresql+psycopg2://{SUPERUSER}:{cfg['password']}@127.0.0.1:{cfg['port']}/{DATABASE}"
-        )
+        return f"postgresql+psycopg2://{SUPERUSER}:{cfg['password']}@127.0.0.1:{cfg['port']}/{DATABASE}"
 
 
 def bin_dir() -> Path:
@@ -114,8 +112,15 @@ def _ensure_server_user() -> None:
         pwd.getpwnam(SERVER_USER)
     except KeyError:
         subprocess.run(
-            ["useradd", "--system", "--home-dir", "/var/lib/gpcnn", "--shell", "/usr/sbin/nologin",
-             SERVER_USER],
+            [
+                "useradd",
+                "--system",
+                "--home-dir",
+                "/var/lib/gpcnn",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVER_USER,
+            ],
             check=True,
         )
 
@@ -213,8 +218,19 @@ def init(c: Cluster | None = None) -> Cluster:
     try:
         done = _run(
             c,
-            [str(bin_dir() / "initdb"), "-D", str(c.data_dir), "-U", SUPERUSER, "--pwfile",
-             str(pwfile), "--auth=scram-sha-256", "-E", "UTF8", "--locale=C.UTF-8"],
+            [
+                str(bin_dir() / "initdb"),
+                "-D",
+                str(c.data_dir),
+                "-U",
+                SUPERUSER,
+                "--pwfile",
+                str(pwfile),
+                "--auth=scram-sha-256",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ],
         )
     finally:
         pwfile.unlink()
@@ -268,8 +284,19 @@ def start(c: Cluster | None = None, timeout: int = 60) -> Cluster:
     try:
         done = _run(
             c,
-            [str(bin_dir() / "pg_ctl"), "start", "-w", "-t", str(timeout), "-D", str(c.data_dir),
-             "-l", str(c.log_file), "-o", options],
+            [
+                str(bin_dir() / "pg_ctl"),
+                "start",
+                "-w",
+                "-t",
+                str(timeout),
+                "-D",
+                str(c.data_dir),
+                "-l",
+                str(c.log_file),
+                "-o",
+                options,
+            ],
             timeout=timeout + 10,
         )
     except subprocess.TimeoutExpired as e:
@@ -325,8 +352,18 @@ def stop(c: Cluster | None = None, timeout: int = 60) -> None:
     if not is_running(c):
         return
     done = _run(
-        c, [str(bin_dir() / "pg_ctl"), "stop", "-w", "-t", str(timeout), "-m", "fast", "-D",
-            str(c.data_dir)],
+        c,
+        [
+            str(bin_dir() / "pg_ctl"),
+            "stop",
+            "-w",
+            "-t",
+            str(timeout),
+            "-m",
+            "fast",
+            "-D",
+            str(c.data_dir),
+        ],
     )
     if done.returncode != 0:
         raise EmbeddedError(f"pg_ctl stop failed: {done.stderr.strip()}")
@@ -335,8 +372,9 @@ def stop(c: Cluster | None = None, timeout: int = 60) -> None:
 def destroy(c: Cluster | None = None) -> None:
     """Stop the cluster and delete its data directory."""
     c = c or cluster()
-    if (c.data_dir / "PG_VERSION").exists() and c.data_dir.joinpath("PG_VERSION").read_text(
-    ).strip() == str(PG_MAJOR):
+    if (c.data_dir / "PG_VERSION").exists() and c.data_dir.joinpath(
+        "PG_VERSION"
+    ).read_text().strip() == str(PG_MAJOR):
         stop(c)
     shutil.rmtree(c.home, ignore_errors=True)
 
@@ -353,4 +391,3 @@ def url() -> str:
     """The URL of the embedded cluster, started (and created) if needed."""
     c = start()
     return c.url()
-

@@ -34,7 +34,7 @@ def bundle_id() -> str:
     return f"{__version__}+{digest}"
 
 
-_BOOTSTRAP = '''\
+_BOOTSTRAP = """\
 _bundle = {bundle!r}
 _package = GD.get(_bundle)
 if _package is None:
@@ -51,7 +51,7 @@ if _package is None:
         setattr(_package, _module, _m)
     GD[_bundle] = _package
 segment = _package.segment
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -75,30 +75,52 @@ class Function:
 
 
 _TRAIN_ARGS = (
-    ("key", "integer"), ("x", "bytea"), ("y", "bytea"), ("n", "integer"),
-    ("model_json", "text"), ("options_json", "text"), ("weights", "bytea"), ("expected", "bigint"),
+    ("key", "integer"),
+    ("x", "bytea"),
+    ("y", "bytea"),
+    ("n", "integer"),
+    ("model_json", "text"),
+    ("options_json", "text"),
+    ("weights", "bytea"),
+    ("expected", "bigint"),
 )
 _EVAL_ARGS = (
-    ("x", "bytea"), ("y", "bytea"), ("n", "integer"),
-    ("model_json", "text"), ("options_json", "text"), ("weights", "bytea"),
+    ("x", "bytea"),
+    ("y", "bytea"),
+    ("n", "integer"),
+    ("model_json", "text"),
+    ("options_json", "text"),
+    ("weights", "bytea"),
 )
 
 FUNCTIONS = (
     Function("probe", (("threads", "integer"),), "text", "segment.probe(threads)"),
     Function(
-        "train_transition", (("state", "bytea"), *_TRAIN_ARGS), "bytea",
+        "train_transition",
+        (("state", "bytea"), *_TRAIN_ARGS),
+        "bytea",
         "segment.train_transition(state, key, x, y, n, model_json, options_json, weights, expected)",
     ),
     Function(
-        "evaluate_transition", (("state", "bytea"), *_EVAL_ARGS), "bytea",
+        "evaluate_transition",
+        (("state", "bytea"), *_EVAL_ARGS),
+        "bytea",
         "segment.evaluate_transition(state, x, y, n, model_json, options_json, weights)",
     ),
     Function("merge_states", (("a", "bytea"), ("b", "bytea")), "bytea", "segment.merge(a, b)"),
     Function("final_state", (("state", "bytea"),), "bytea", "segment.final(state)"),
     Function(
-        "predict", (("x", "bytea"), ("n", "integer"), ("model_json", "text"),
-                    ("options_json", "text"), ("weights", "bytea")),
-        "bytea", "segment.predict(x, n, model_json, options_json, weights)", strict=True,
+        "predict",
+        (
+            ("x", "bytea"),
+            ("n", "integer"),
+            ("model_json", "text"),
+            ("options_json", "text"),
+            ("weights", "bytea"),
+        ),
+        "bytea",
+        "segment.predict(x, n, model_json, options_json, weights)",
+        strict=True,
     ),
 )
 

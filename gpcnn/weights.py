@@ -31,7 +31,12 @@ def manifest(model: Any) -> list[dict]:
                 "(mixed-precision models are not supported yet)"
             )
         entries.append(
-            {"name": v.path, "shape": list(v.shape), "dtype": dtype, "trainable": id(v) in trainable}
+            {
+                "name": v.path,
+                "shape": list(v.shape),
+                "dtype": dtype,
+                "trainable": id(v) in trainable,
+            }
         )
     return entries
 
@@ -43,7 +48,10 @@ def sizes(entries: list[dict]) -> list[int]:
 def trainable_mask(entries: list[dict]) -> np.ndarray:
     """Boolean mask over the flat vector: True where the weight is trainable."""
     return np.concatenate(
-        [np.full(n, e["trainable"], dtype=bool) for e, n in zip(entries, sizes(entries), strict=True)]
+        [
+            np.full(n, e["trainable"], dtype=bool)
+            for e, n in zip(entries, sizes(entries), strict=True)
+        ]
         or [np.zeros(0, dtype=bool)]
     )
 

@@ -10,9 +10,9 @@ os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
-import pytest  # noqa: E402
+import pytest
 
-from gpcnn import segment  # noqa: E402
+from gpcnn import segment
 
 TEST_THREADS = 1
 segment.keras_module(threads=TEST_THREADS)

@@ -57,10 +57,12 @@ def test_server_environment_has_plpython_and_fixed_tf_settings(cluster):
     embedded.start(cluster)
     engine = sa.create_engine(cluster.url(), poolclass=sa.pool.NullPool)
     with engine.begin() as conn:
-        conn.execute(sa.text(
-            "CREATE OR REPLACE FUNCTION pg_temp.env(k text) RETURNS text AS "
-            "$$ import os; return os.environ.get(k) $$ LANGUAGE plpython3u"
-        ))
+        conn.execute(
+            sa.text(
+                "CREATE OR REPLACE FUNCTION pg_temp.env(k text) RETURNS text AS "
+                "$$ import os; return os.environ.get(k) $$ LANGUAGE plpython3u"
+            )
+        )
         onednn = conn.execute(sa.text("SELECT pg_temp.env('TF_ENABLE_ONEDNN_OPTS')")).scalar()
         home = conn.execute(sa.text("SELECT pg_temp.env('HOME')")).scalar()
     engine.dispose()

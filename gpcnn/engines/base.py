@@ -39,3 +39,29 @@ class Backend:
     @staticmethod
     def _decode_probes(rows) -> list[dict]:
         return [{"segment": segment, **json.loads(text)} for segment, text in rows]
+
+    # -- image tables (``table`` arguments are gpcnn.tables.TableName) -------------------------
+
+    IMAGE_COLUMNS: ClassVar[str] = (
+        "__dist_key__ integer NOT NULL, buffer_id integer NOT NULL, n integer NOT NULL, "
+        "x bytea NOT NULL, y bytea NOT NULL"
+    )
+    # Images barely compress: EXTERNAL (out of line, uncompressed) made COPY ~10x faster.
+    EXTERNAL_STORAGE: ClassVar[str] = (
+        "ALTER COLUMN x SET STORAGE EXTERNAL, ALTER COLUMN y SET STORAGE EXTERNAL"
+    )
+
+    def catalog_suffix(self) -> str:
+        """What follows ``CREATE TABLE gpcnn.image_tables (...)``."""
+        return ""
+
+    def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
+        """The ``__dist_key__`` values of a new table of ``segments`` segments."""
+        raise NotImplementedError
+
+    def image_table_ddl(self, table, keys: list[int]) -> list[str]:
+        raise NotImplementedError
+
+    def rename_ddl(self, staging, table, keys: list[int]) -> list[str]:
+        """Statements that give the staging table (and its parts) the final name."""
+        return [f"ALTER TABLE {staging.sql(self)} RENAME TO {self.quote(table.name)}"]

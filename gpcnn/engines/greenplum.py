@@ -31,3 +31,50 @@ class GreenplumBackend(Backend):
                 {"threads": threads},
             ).all()
         return self._decode_probes(rows)
+
+    def catalog_suffix(self) -> str:
+        return " DISTRIBUTED BY (table_schema, table_name)"
+
+    KEY_CANDIDATES_PER_SEGMENT = 64
+
+    def key_candidates_sql(self, segments_in_cluster: int) -> list[str]:
+        """Load candidate keys into a table distributed like image tables, to see where each lands."""
+        count = self.KEY_CANDIDATES_PER_SEGMENT * segments_in_cluster
+        return [
+            "CREATE TEMP TABLE gpcnn_key_candidates (__dist_key__ integer) "
+            "DISTRIBUTED BY (__dist_key__)",
+            f"INSERT INTO gpcnn_key_candidates SELECT generate_series(0, {count - 1})",
+            "SELECT gp_segment_id, array_agg(__dist_key__ ORDER BY __dist_key__) "
+            "FROM gpcnn_key_candidates GROUP BY gp_segment_id ORDER BY gp_segment_id",
+            "DROP TABLE gpcnn_key_candidates",
+        ]
+
+    def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
+        """One key per primary segment, each hashing to a different one; with more keys than
+        segments, the next candidates of each segment in turn (keys then share segments)."""
+        create, fill, select, drop = self.key_candidates_sql(self.default_segments())
+        conn.exec_driver_sql(create)
+        conn.exec_driver_sql(fill)
+        per_segment = [list(keys) for _, keys in conn.exec_driver_sql(select).all()]
+        conn.exec_driver_sql(drop)
+        return spread_keys(per_segment, segments)
+
+    def image_table_ddl(self, table, keys: list[int]) -> list[str]:
+        name = table.sql(self)
+        return [
+            f"CREATE TABLE {name} ({self.IMAGE_COLUMNS}) DISTRIBUTED BY (__dist_key__)",
+            f"ALTER TABLE {name} {self.EXTERNAL_STORAGE}",
+        ]
+
+
+def spread_keys(per_segment: list[list[int]], segments: int) -> list[int]:
+    """Round-robin over the segments' candidate keys: the first len(per_segment) keys all land on
+    different segments."""
+    keys: list[int] = []
+    for rank in range(max(map(len, per_segment))):
+        for candidates in per_segment:
+            if rank < len(candidates) and len(keys) < segments:
+                keys.append(candidates[rank])
+    if len(keys) < segments:
+        raise ValueError(f"found only {len(keys)} distinct keys for {segments} segments")
+    return keys

@@ -22,3 +22,28 @@ class PostgresBackend(Backend):
                 sa.text(f"SELECT -1, {self.qschema}.probe(:threads)"), {"threads": threads}
             ).all()
         return self._decode_probes(rows)
+
+    def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
+        return list(range(segments))
+
+    @staticmethod
+    def partition(table, key: int):
+        return table.with_suffix(f"__seg{int(key)}")
+
+    def image_table_ddl(self, table, keys: list[int]) -> list[str]:
+        parent = table.sql(self)
+        ddl = [f"CREATE TABLE {parent} ({self.IMAGE_COLUMNS}) PARTITION BY LIST (__dist_key__)"]
+        ddl += [
+            f"CREATE TABLE {self.partition(table, k).sql(self)} PARTITION OF {parent} "
+            f"FOR VALUES IN ({int(k)})"
+            for k in keys
+        ]
+        ddl.append(f"ALTER TABLE {parent} {self.EXTERNAL_STORAGE}")
+        return ddl
+
+    def rename_ddl(self, staging, table, keys: list[int]) -> list[str]:
+        return super().rename_ddl(staging, table, keys) + [
+            f"ALTER TABLE {self.partition(staging, k).sql(self)} "
+            f"RENAME TO {self.quote(self.partition(table, k).name)}"
+            for k in keys
+        ]
