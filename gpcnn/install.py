@@ -126,17 +126,20 @@ FUNCTIONS = (
 
 
 def _aggregates(schema: str) -> list[str]:
-    def aggregate(name: str, args: tuple[tuple[str, str], ...], sfunc: str) -> str:
+    """``train`` and ``evaluate`` return the raw state (per segment, or combined on a Greenplum
+    coordinator through COMBINEFUNC); ``merge`` adds states and applies ``final_state``."""
+
+    def aggregate(name: str, args: tuple[tuple[str, str], ...], sfunc: str, final: str) -> str:
         types = ", ".join(sql_type for _, sql_type in args)
         return (
             f"CREATE AGGREGATE {schema}.{name}({types}) (SFUNC = {schema}.{sfunc}, STYPE = bytea, "
-            f"COMBINEFUNC = {schema}.merge_states, FINALFUNC = {schema}.final_state)"
+            f"COMBINEFUNC = {schema}.merge_states{final})"
         )
 
     return [
-        aggregate("train", _TRAIN_ARGS, "train_transition"),
-        aggregate("evaluate", _EVAL_ARGS, "evaluate_transition"),
-        aggregate("merge", (("state", "bytea"),), "merge_states"),
+        aggregate("train", _TRAIN_ARGS, "train_transition", ""),
+        aggregate("evaluate", _EVAL_ARGS, "evaluate_transition", ""),
+        aggregate("merge", (("state", "bytea"),), "merge_states", f", FINALFUNC = {schema}.final_state"),
     ]
 
 

@@ -173,27 +173,37 @@ _COPY_HEADER = b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0)
 _COPY_TRAILER = struct.pack("!h", -1)
 
 
-def _copy_row(buf: Buffer, x: np.ndarray, y: np.ndarray) -> bytes:
-    images = x[buf.start : buf.stop].tobytes()
-    labels = y[buf.start : buf.stop].tobytes()
-    return b"".join(
-        (
-            struct.pack(
-                "!hiiiiiii", 5, 4, buf.key, 4, buf.buffer_id, 4, buf.stop - buf.start, len(images)
-            ),
-            images,
-            struct.pack("!i", len(labels)),
-            labels,
-        )
-    )
+def _copy_row(buf: Buffer, x: np.ndarray, y: np.ndarray, order: np.ndarray, scratch=None):
+    """The binary COPY row of one buffer, as chunks (header, images, labels) to send in turn:
+    the images are gathered through ``order`` straight into ``scratch`` and copied once to bytes,
+    so loading never materialises a shuffled copy of the whole data set."""
+    idx = order[buf.start : buf.stop]
+    n = len(idx)
+    if scratch is None or len(scratch) < n:
+        scratch = np.empty((n, *x.shape[1:]), dtype=x.dtype)
+    images = np.take(x, idx, axis=0, out=scratch[:n], mode="clip").tobytes()
+    labels = y[idx].astype(LABEL_DTYPE, copy=False).tobytes()
+    header = struct.pack("!hiiiiiii", 5, 4, buf.key, 4, buf.buffer_id, 4, n, len(images))
+    return header, images, struct.pack("!i", len(labels)) + labels
+
+
+def _copy_chunks(buffers: Sequence[Buffer], x, y, order) -> Iterator[bytes]:
+    """The whole binary COPY stream, produced lazily one buffer at a time."""
+    yield _COPY_HEADER
+    scratch = np.empty((max(b.stop - b.start for b in buffers), *x.shape[1:]), dtype=x.dtype)
+    for buf in buffers:
+        yield from _copy_row(buf, x, y, order, scratch)
+    yield _COPY_TRAILER
 
 
 class _CopyStream(io.RawIOBase):
-    """A file for ``copy_expert`` that yields binary COPY rows one buffer at a time."""
+    """A file for ``copy_expert`` that hands out the chunks of a binary COPY stream, at most
+    ``size`` bytes per read (a chunk that fits is passed on as is, without a copy)."""
 
-    def __init__(self, rows: Iterator[bytes], progress) -> None:
-        self._chunks = iter([_COPY_HEADER, *rows, _COPY_TRAILER])
-        self._pending = b""
+    def __init__(self, chunks: Iterator[bytes], progress) -> None:
+        self._chunks = iter(chunks)
+        self._pending = memoryview(b"")
+        self._whole: bytes | None = None
         self._progress = progress
 
     def readable(self) -> bool:
@@ -204,10 +214,12 @@ class _CopyStream(io.RawIOBase):
             chunk = next(self._chunks, None)
             if chunk is None:
                 return b""
-            self._pending = chunk
-        out, self._pending = (
-            (self._pending, b"") if size < 0 else (self._pending[:size], self._pending[size:])
-        )
+            self._whole, self._pending = chunk, memoryview(chunk)
+        if size < 0 or size >= len(self._pending):
+            out = self._whole if len(self._pending) == len(self._whole) else bytes(self._pending)
+            self._pending, self._whole = memoryview(b""), None
+        else:
+            out, self._pending = bytes(self._pending[:size]), self._pending[size:]
         if self._progress is not None:
             self._progress.update(len(out))
         return out
@@ -257,7 +269,7 @@ def ensure_catalog(conn: sa.Connection, backend: Backend) -> None:
             created_at timestamptz NOT NULL DEFAULT now(),
             gpcnn_version text NOT NULL,
             PRIMARY KEY (table_schema, table_name)
-        ){backend.catalog_suffix()}"""
+        ){backend.distribution("table_schema", "table_name")}"""
     )
 
 
@@ -347,8 +359,7 @@ def load_images(
             "suffixes for staging and partitions within PostgreSQL's 63-byte identifier limit"
         )
 
-    order = np.random.default_rng(seed).permutation(len(x))
-    x, y = x[order], y[order]
+    order = np.random.default_rng(seed).permutation(len(x))  # applied buffer by buffer
     with engine.begin() as conn:
         name = _resolved(conn, name)
         conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": str(name)})
@@ -362,7 +373,7 @@ def load_images(
         staging = name.with_suffix(STAGING_SUFFIX)
         for statement in backend.image_table_ddl(staging, keys):
             conn.exec_driver_sql(statement)
-        _copy_buffers(conn, backend, staging, buffers, x, y, progress, str(name))
+        _copy_buffers(conn, backend, staging, buffers, x, y, order, progress, str(name))
         if exists:
             conn.exec_driver_sql(f"DROP TABLE {name.sql(backend)}")
         for statement in backend.rename_ddl(staging, name, keys):
@@ -399,13 +410,14 @@ def load_images(
     return describe(engine, name, schema)
 
 
-def _copy_buffers(conn, backend, table, buffers, x, y, progress, label) -> None:
+def _copy_buffers(conn, backend, table, buffers, x, y, order, progress, label) -> None:
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=None, unit="B", unit_scale=True, desc=f"loading {label}", leave=False)
-    stream = _CopyStream((_copy_row(b, x, y) for b in buffers), bar)
+        total = x.nbytes + len(y) * LABEL_DTYPE.itemsize + 34 * len(buffers) + 21
+        bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", leave=False)
+    stream = _CopyStream(_copy_chunks(buffers, x, y, order), bar)
     columns = "__dist_key__, buffer_id, n, x, y"
     with conn.connection.driver_connection.cursor() as cursor:
         cursor.copy_expert(

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import ClassVar
 
 import sqlalchemy as sa
+
+from .sessions import SegmentSessions
 
 
 class Backend:
@@ -51,8 +54,8 @@ class Backend:
         "ALTER COLUMN x SET STORAGE EXTERNAL, ALTER COLUMN y SET STORAGE EXTERNAL"
     )
 
-    def catalog_suffix(self) -> str:
-        """What follows ``CREATE TABLE gpcnn.image_tables (...)``."""
+    def distribution(self, *columns: str) -> str:
+        """What follows ``CREATE TABLE name (...)`` for gpcnn's own tables."""
         return ""
 
     def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
@@ -65,3 +68,88 @@ class Backend:
     def rename_ddl(self, staging, table, keys: list[int]) -> list[str]:
         """Statements that give the staging table (and its parts) the final name."""
         return [f"ALTER TABLE {staging.sql(self)} RENAME TO {self.quote(table.name)}"]
+
+    # -- iterations (the queries; the same functions on every engine) --------------------------
+
+    session_settings: ClassVar[tuple[str, ...]] = ()
+
+    def open_sessions(self, segments: int) -> SegmentSessions:
+        """The sessions an estimator keeps for its iterations."""
+        raise NotImplementedError
+
+    def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
+        """Which keys each session handles: one statement per group, run concurrently."""
+        raise NotImplementedError
+
+    def default_threads(self, segments: int) -> int:
+        """TensorFlow threads per segment process when the user sets none."""
+        raise NotImplementedError
+
+    def training_sql(self, table_sql: str, outer: str | None) -> str:
+        """Shape (b) of DESIGN.md: each key's buffers of the slice, in a fixed order, through the
+        ``train`` aggregate; ``outer`` = "merge" adds and finalises the K states, "final" finalises
+        each key's state, None returns the raw states."""
+        s = self.qschema
+        inner = (
+            f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, t.x, t.y, t.n, %(model)s, "
+            "%(options)s, %(weights)s, p.expected ORDER BY e.epoch, t.buffer_id) AS state "
+            f"FROM {table_sql} t "
+            "JOIN unnest(%(keys)s::integer[], %(first)s::integer[], %(stop)s::integer[], "
+            "%(expected)s::bigint[]) AS p(key, first_buffer, stop_buffer, expected) "
+            "ON t.__dist_key__ = p.key AND t.buffer_id >= p.first_buffer "
+            "AND t.buffer_id < p.stop_buffer "
+            "CROSS JOIN generate_series(1, %(epochs)s) AS e(epoch) "
+            "WHERE t.__dist_key__ = ANY(%(keys)s::integer[]) "
+            "GROUP BY t.__dist_key__"
+        )
+        return self._outer(inner, outer)
+
+    def evaluation_sql(self, table_sql: str, outer: str | None) -> str:
+        s = self.qschema
+        inner = (
+            f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.x, t.y, t.n, %(model)s, %(options)s, "
+            f"%(weights)s) AS state FROM {table_sql} t "
+            "WHERE t.__dist_key__ = ANY(%(keys)s::integer[]) GROUP BY t.__dist_key__"
+        )
+        return self._outer(inner, outer)
+
+    def prediction_sql(self, table_sql: str) -> str:
+        return (
+            f"SELECT t.buffer_id, {self.qschema}.predict(t.x, t.n, %(model)s, %(options)s, "
+            f"%(weights)s) FROM {table_sql} t WHERE t.__dist_key__ = ANY(%(keys)s::integer[])"
+        )
+
+    def merge_sql(self) -> str:
+        return f"SELECT {self.qschema}.merge(s) FROM unnest(%(states)s::bytea[]) AS s"
+
+    def _outer(self, inner: str, outer: str | None) -> str:
+        if outer == "merge":
+            return f"SELECT {self.qschema}.merge(q.state) FROM ({inner}) q"
+        if outer == "final":
+            return f"SELECT q.key, {self.qschema}.final_state(q.state) FROM ({inner}) q"
+        return inner
+
+    def _per_group(self, sessions: SegmentSessions, sql: str, params: dict, keys) -> list[tuple]:
+        groups = self.session_groups(keys, len(sessions))
+        rows = sessions.map(sql, [{**params, "keys": group} for group in groups])
+        return [row for group_rows in rows for row in group_rows]
+
+    def run_aggregate(
+        self, sessions: SegmentSessions, kind: str, table_sql: str, params: dict, keys, merged: bool
+    ) -> bytes | dict[int, bytes]:
+        """One iteration's training (``kind="train"``) or an evaluation (``"evaluate"``): the merged
+        final value, or each key's final value when ``merged`` is False."""
+        build = self.training_sql if kind == "train" else self.evaluation_sql
+        groups = self.session_groups(keys, len(sessions))
+        if len(groups) == 1:  # one statement does it all (Greenplum, or a single segment)
+            rows = sessions.one(
+                build(table_sql, "merge" if merged else "final"), {**params, "keys": groups[0]}
+            )
+            return bytes(rows[0][0]) if merged else {k: bytes(v) for k, v in rows}
+        if not merged:
+            rows = self._per_group(sessions, build(table_sql, "final"), params, keys)
+            return {k: bytes(v) for k, v in rows}
+        states = [
+            state for _, state in self._per_group(sessions, build(table_sql, None), params, keys)
+        ]
+        return bytes(sessions.one(self.merge_sql(), {"states": states})[0][0])

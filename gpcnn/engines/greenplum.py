@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 
 from .base import Backend
+from .sessions import SegmentSessions
 
 
 class GreenplumBackend(Backend):
@@ -32,8 +35,8 @@ class GreenplumBackend(Backend):
             ).all()
         return self._decode_probes(rows)
 
-    def catalog_suffix(self) -> str:
-        return " DISTRIBUTED BY (table_schema, table_name)"
+    def distribution(self, *columns: str) -> str:
+        return f" DISTRIBUTED BY ({', '.join(columns)})"
 
     KEY_CANDIDATES_PER_SEGMENT = 64
 
@@ -65,6 +68,28 @@ class GreenplumBackend(Backend):
             f"CREATE TABLE {name} ({self.IMAGE_COLUMNS}) DISTRIBUTED BY (__dist_key__)",
             f"ALTER TABLE {name} {self.EXTERNAL_STORAGE}",
         ]
+
+    # SD/GD (the model cache) live only while the session's segment processes do: keep them.
+    session_settings = ("SET gp_vmem_idle_resource_timeout = 0",)
+
+    def open_sessions(self, segments: int) -> SegmentSessions:
+        return SegmentSessions(self.engine, 1, self.session_settings)
+
+    def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
+        return [[int(k) for k in keys]]
+
+    def default_threads(self, segments: int) -> int:
+        """The host's CPUs shared by the segments on it (the busiest host decides)."""
+        with self.engine.connect() as conn:
+            per_host = conn.execute(
+                sa.text(
+                    "SELECT max(c) FROM (SELECT count(*) AS c FROM gp_segment_configuration "
+                    "WHERE role = 'p' AND content >= 0 GROUP BY hostname) h"
+                )
+            ).scalar()
+        keys_per_host = max(1, round(segments * int(per_host) / self.default_segments()))
+        cpus = int(self.probe_segments()[0]["cpu_count"] or 1)
+        return max(1, cpus // keys_per_host)
 
 
 def spread_keys(per_segment: list[list[int]], segments: int) -> list[int]:

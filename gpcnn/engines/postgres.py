@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import sqlalchemy as sa
 
 from .base import Backend
+from .sessions import SegmentSessions
 
 
 class PostgresBackend(Backend):
@@ -47,3 +50,13 @@ class PostgresBackend(Backend):
             f"RENAME TO {self.quote(self.partition(table, k).name)}"
             for k in keys
         ]
+
+    def open_sessions(self, segments: int) -> SegmentSessions:
+        return SegmentSessions(self.engine, segments, self.session_settings)
+
+    def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
+        count = min(len(keys), sessions)
+        return [[int(k) for k in keys[i::count]] for i in range(count)]
+
+    def default_threads(self, segments: int) -> int:
+        return max(1, self.server_cpu_count() // max(1, segments))

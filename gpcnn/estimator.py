@@ -1,0 +1,520 @@
+"""``GreenplumCNN``: a scikit-learn style estimator whose ``fit`` trains inside the database.
+
+One iteration = one aggregate query over the image table: every segment trains the current model on
+its own buffers, the aggregate's merge combines the segment models, and the merged weights come back
+into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and sent out again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sqlalchemy as sa
+from sklearn.base import BaseEstimator
+
+from . import runs, segment
+from . import weights as wire
+from .engines import Backend, backend_for, connect
+from .engines.sessions import SegmentSessions
+from .install import ensure_installed
+from .tables import ImageTable, TableName, describe
+
+# Metrics whose image-weighted mean over segments equals the metric over all images.
+MEAN_METRICS = frozenset(
+    {
+        "accuracy",
+        "acc",
+        "sparse_categorical_accuracy",
+        "categorical_accuracy",
+        "binary_accuracy",
+        "sparse_top_k_categorical_accuracy",
+        "top_k_categorical_accuracy",
+        "sparse_categorical_crossentropy",
+        "categorical_crossentropy",
+        "binary_crossentropy",
+        "mean_squared_error",
+        "mse",
+        "mean_absolute_error",
+        "mae",
+    }
+)
+OPTIMIZER_STATES = ("reset",)
+MERGES = ("average",)
+
+
+class TrainingError(RuntimeError):
+    """An iteration failed; the message says why and what to do."""
+
+
+class GreenplumCNN(BaseEstimator):
+    """Train a Keras model data-parallel over the segments of an image table.
+
+    Parameters are stored untouched; ``fit`` never changes ``model``. Learned state ends in ``_``:
+    ``model_`` (a local Keras model with the merged weights), ``history_`` (one dict per
+    iteration), ``run_id_``, ``segments_``, ``classes_``, ``class_names_``.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        *,
+        optimizer: str | Any = "sgd",
+        learning_rate: float | None = 0.01,
+        loss: str = "sparse_categorical_crossentropy",
+        metrics: Sequence[str] = ("accuracy",),
+        batch_size: int = 32,
+        iterations: int = 10,
+        local_epochs: int = 1,
+        merge: str = "average",
+        optimizer_state: str = "reset",
+        database: str | sa.Engine | None = None,
+        schema: str = "gpcnn",
+        validation_table: str | tuple | None = None,
+        validation_data: tuple | None = None,
+        seed: int | None = None,
+        threads_per_segment: int | None = None,
+        progress: bool = True,
+        warm_start: bool = False,
+    ) -> None:
+        self.model = model
+        self.optimizer = optimizer
+        self.learning_rate = learning_rate
+        self.loss = loss
+        self.metrics = metrics
+        self.batch_size = batch_size
+        self.iterations = iterations
+        self.local_epochs = local_epochs
+        self.merge = merge
+        self.optimizer_state = optimizer_state
+        self.database = database
+        self.schema = schema
+        self.validation_table = validation_table
+        self.validation_data = validation_data
+        self.seed = seed
+        self.threads_per_segment = threads_per_segment
+        self.progress = progress
+        self.warm_start = warm_start
+
+    def __sklearn_clone__(self) -> GreenplumCNN:
+        # The model is never modified, so clones may share it (deep-copying Keras models is slow).
+        return type(self)(**self.get_params(deep=False))
+
+    # -- setup ------------------------------------------------------------------------------
+
+    def _check_params(self) -> None:
+        if self.merge not in MERGES:
+            raise ValueError(f"merge={self.merge!r}: choose one of {', '.join(MERGES)}")
+        if self.optimizer_state not in OPTIMIZER_STATES:
+            raise ValueError(
+                f"optimizer_state={self.optimizer_state!r}: choose one of {OPTIMIZER_STATES}"
+            )
+        for name in ("batch_size", "iterations", "local_epochs"):
+            value = getattr(self, name)
+            if not isinstance(value, int | np.integer) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for metric in self.metrics:
+            if metric not in MEAN_METRICS:
+                raise ValueError(
+                    f"metric {metric!r}: only metrics that are means over images can be merged "
+                    f"across segments ({', '.join(sorted(MEAN_METRICS))})"
+                )
+
+    def _engine(self) -> sa.Engine:
+        if isinstance(self.database, sa.Engine):
+            return self.database
+        return connect(self.database)
+
+    def _compile_options(self) -> dict:
+        keras = segment.keras_module()
+        if isinstance(self.optimizer, str):
+            config = {} if self.learning_rate is None else {"learning_rate": self.learning_rate}
+            optimizer = keras.optimizers.get({"class_name": self.optimizer, "config": config})
+        else:
+            optimizer = keras.optimizers.deserialize(keras.optimizers.serialize(self.optimizer))
+            if self.learning_rate is not None:
+                optimizer.learning_rate = self.learning_rate
+        return {
+            "optimizer": keras.optimizers.serialize(optimizer),
+            "loss": self.loss,
+            "metrics": list(self.metrics),
+        }
+
+    def _local_model(self, model_json: str, compile_options: dict) -> Any:
+        keras = segment.keras_module()
+        model = keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
+        model.compile(
+            optimizer=keras.optimizers.deserialize(compile_options["optimizer"]),
+            loss=compile_options["loss"],
+            metrics=list(compile_options["metrics"]),
+        )
+        return model
+
+    def _check_model_fits(self, info: ImageTable) -> None:
+        input_shape = tuple(self.model.input_shape[1:])
+        if input_shape != tuple(info.image_shape):
+            raise ValueError(
+                f"the model takes inputs of shape {input_shape}, but {info.table} holds images of "
+                f"shape {tuple(info.image_shape)}: change the model's Input"
+            )
+        units = self.model.output_shape[-1]
+        if units != info.num_classes:
+            raise ValueError(
+                f"the model has {units} output units, but {info.table} has {info.num_classes} "
+                "classes: change the last layer"
+            )
+        if 0 in info.images_per_segment:
+            raise ValueError(f"{info.table} has a segment with no rows: reload it")
+        wire.manifest(self.model)  # refuses mixed precision early
+
+    # -- fit --------------------------------------------------------------------------------
+
+    def fit(self, table: str | tuple[str, str], resume: int | None = None) -> GreenplumCNN:
+        """Train for ``iterations`` merges over ``table``; ``resume=run_id`` continues a stored run."""
+        self._check_params()
+        name = TableName.parse(table)
+        engine = self._engine()
+        ensure_installed(engine, self.schema)
+        backend = backend_for(engine, self.schema)
+        info = describe(engine, name, self.schema)
+        self._check_model_fits(info)
+        validation = None
+        if self.validation_table is not None:
+            validation = describe(engine, self.validation_table, self.schema)
+            self._check_model_fits(validation)
+        compile_options = self._compile_options()
+        model_json = self.model.to_json()
+        threads = self.threads_per_segment or backend.default_threads(info.segments)
+        options = {
+            "compile": compile_options,
+            "batch_size": int(self.batch_size),
+            "image_shape": list(info.image_shape),
+            "seed": self.seed,
+            "threads": int(threads),
+        }
+
+        history: list[dict] = []
+        if resume is not None:
+            stored = runs.load_run(engine, backend, resume)
+            if stored.weights is None:
+                raise ValueError(f"run {resume} stored no iteration yet: start a new fit")
+            weights, history, run_id = stored.weights, stored.iterations, resume
+        else:
+            if self.warm_start and hasattr(self, "model_"):
+                weights, history = wire.model_to_bytes(self.model_), list(self.history_)
+            else:
+                weights = wire.model_to_bytes(self.model)
+            run_id = runs.create_run(
+                engine, backend, str(info.table), self._stored_params(), model_json
+            )
+
+        self.model_ = self._local_model(model_json, compile_options)
+        wire.set_model_weights(self.model_, weights)
+        self.history_ = history
+        self.run_id_ = run_id
+        self.segments_ = info.segments
+        self.classes_ = np.arange(info.num_classes)
+        self.class_names_ = info.class_names
+        self.table_ = info.table
+        self._close_sessions()
+        self._backend = backend
+        self._sessions = backend.open_sessions(info.segments)
+        self._model_json, self._options = model_json, options
+
+        first = len(history) + 1
+        last = (len(history) + self.iterations) if resume is None else self.iterations
+        bar = self._progress_bar(first, last)
+        try:
+            for iteration in range(first, last + 1):
+                row, weights = self._iteration(engine, info, validation, iteration, weights)
+                runs.store_iteration(engine, backend, run_id, row, weights)
+                self.history_.append(row)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(
+                        {
+                            k: f"{v:.4f}"
+                            for k, v in row.items()
+                            if k in ("loss", "val_loss", "accuracy", "val_accuracy")
+                        }
+                    )
+        except KeyboardInterrupt:
+            self._close_sessions()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+        return self
+
+    def _iteration(
+        self, engine, info: ImageTable, validation, iteration: int, weights: bytes
+    ) -> tuple[dict, bytes]:
+        started = time.perf_counter()
+        params = {
+            "model": self._model_json,
+            "options": json.dumps({**self._options, "iteration": iteration}),
+            "weights": weights,
+            "epochs": int(self.local_epochs),
+            **self._slices(info),
+        }
+        try:
+            result = self._backend.run_aggregate(
+                self._sessions, "train", info.table.sql(self._backend), params, info.keys, True
+            )
+        except sa.exc.DBAPIError as e:
+            raise TrainingError(_server_message(e, "training")) from None
+        except Exception as e:
+            if type(e).__module__.startswith("psycopg2"):
+                raise TrainingError(_server_message(e, "training")) from None
+            raise
+        db_seconds = time.perf_counter() - started
+        metrics, flat = segment.decode_result(result)
+        if not np.isfinite(flat).all():
+            raise TrainingError(
+                f"iteration {iteration} produced non-finite weights (diverged): lower the "
+                f"learning rate; run {self.run_id_} keeps iteration {iteration - 1}"
+            )
+        new_weights = wire.to_bytes(flat)
+        wire.set_model_weights(self.model_, flat)
+        row = {
+            "iteration": iteration,
+            "epoch": iteration * int(self.local_epochs),
+            "images": int(metrics.pop("images")),
+            **{k: float(v) for k, v in metrics.items()},
+        }
+        row.update(self._validation_metrics(validation, new_weights))
+        row["db_seconds"] = db_seconds
+        row["seconds"] = time.perf_counter() - started
+        return row, new_weights
+
+    def _slices(self, info: ImageTable) -> dict:
+        """Per key: the buffers of this iteration and the images they hold (× local epochs)."""
+        counts = [c * int(self.local_epochs) for c in info.images_per_segment]
+        return {
+            "first": [0] * info.segments,
+            "stop": [2**31 - 1] * info.segments,
+            "expected": counts,
+        }
+
+    def _validation_metrics(self, validation: ImageTable | None, weights: bytes) -> dict:
+        if validation is not None:
+            values = self._evaluate_table(validation, weights)
+        elif self.validation_data is not None:
+            values = self._evaluate_arrays(*self.validation_data)
+        else:
+            return {}
+        return {f"val_{k}": v for k, v in values.items() if k != "images"}
+
+    # -- in-database evaluation and prediction ------------------------------------------------
+
+    def _require_fitted(self) -> None:
+        if not hasattr(self, "model_"):
+            raise RuntimeError("this GreenplumCNN is not fitted yet: call fit(table) first")
+
+    def _ensure_sessions(self) -> tuple[Backend, SegmentSessions]:
+        if getattr(self, "_sessions", None) is None:
+            engine = self._engine()
+            self._backend = backend_for(engine, self.schema)
+            self._sessions = self._backend.open_sessions(self.segments_)
+        return self._backend, self._sessions
+
+    def _evaluate_table(self, info: ImageTable, weights: bytes | None = None) -> dict:
+        backend, sessions = self._ensure_sessions()
+        weights = weights if weights is not None else wire.model_to_bytes(self.model_)
+        params = {
+            "model": self._model_json,
+            "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
+            "weights": weights,
+        }
+        try:
+            result = backend.run_aggregate(
+                sessions, "evaluate", info.table.sql(backend), params, info.keys, True
+            )
+        except sa.exc.DBAPIError as e:
+            raise TrainingError(_server_message(e, "evaluation")) from None
+        metrics, _ = segment.decode_result(result)
+        return {k: float(v) for k, v in metrics.items()}
+
+    def _evaluate_arrays(self, x, y) -> dict:
+        logs = self.model_.evaluate(
+            _model_input(x), np.asarray(y), batch_size=1000, verbose=0, return_dict=True
+        )
+        return {k: float(v) for k, v in logs.items()}
+
+    def _table_info(self, table) -> ImageTable:
+        return describe(self._engine(), table, self.schema)
+
+    def predict_proba(self, x) -> np.ndarray:
+        """Class probabilities of images (arrays, locally) or of a table (in the database,
+        ``buffer_id`` order, as ``read_images`` returns them)."""
+        self._require_fitted()
+        if not _is_table(x):
+            return np.asarray(self.model_.predict(_model_input(x), batch_size=1000, verbose=0))
+        info = self._table_info(x)
+        backend, sessions = self._ensure_sessions()
+        params = {
+            "model": self._model_json,
+            "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
+            "weights": wire.model_to_bytes(self.model_),
+        }
+        sql = backend.prediction_sql(info.table.sql(backend))
+        groups = backend.session_groups(info.keys, len(sessions))
+        rows = sessions.map(sql, [{**params, "keys": g} for g in groups])
+        ordered = sorted((row for chunk in rows for row in chunk), key=lambda r: r[0])
+        classes = info.num_classes
+        return np.concatenate(
+            [np.frombuffer(bytes(p), dtype="<f4").reshape(-1, classes) for _, p in ordered]
+        )
+
+    def predict(self, x) -> np.ndarray:
+        """Predicted class labels."""
+        return np.argmax(self.predict_proba(x), axis=1)
+
+    def evaluate(self, x, y=None) -> dict:
+        """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""
+        self._require_fitted()
+        if _is_table(x):
+            values = self._evaluate_table(self._table_info(x))
+            values.pop("images", None)
+            return values
+        if y is None:
+            raise ValueError("evaluate(x, y) needs labels for arrays")
+        return self._evaluate_arrays(x, y)
+
+    def score(self, x, y=None) -> float:
+        """Accuracy, the scikit-learn classifier convention."""
+        if _is_table(x):
+            from .tables import read_images
+
+            x, y = read_images(self._engine(), x, self.schema)
+        return float(np.mean(self.predict(x) == np.asarray(y)))
+
+    # -- persistence --------------------------------------------------------------------------
+
+    def _stored_params(self) -> dict:
+        params = {k: v for k, v in self.get_params(deep=False).items() if k != "model"}
+        if not isinstance(params["optimizer"], str):
+            params["optimizer"] = segment.keras_module().optimizers.serialize(params["optimizer"])
+        for key in ("database",):
+            if isinstance(params[key], sa.Engine):
+                params[key] = params[key].url.render_as_string(hide_password=True)
+        params["metrics"] = list(params["metrics"])
+        params["validation_data"] = None if params["validation_data"] is None else "arrays"
+        if isinstance(params["validation_table"], tuple):
+            params["validation_table"] = list(params["validation_table"])
+        return params
+
+    def save(self, path: str | Path) -> None:
+        """``model_`` as a Keras ``.keras`` file (or ``.weights.h5``), with the estimator's
+        parameters and history beside it in ``<path>.gpcnn.json``."""
+        self._require_fitted()
+        path = Path(path)
+        if path.name.endswith(".weights.h5"):
+            self.model_.save_weights(path)
+        elif path.suffix == ".keras":
+            self.model_.save(path)
+        else:
+            raise ValueError(f"{path}: use a .keras or .weights.h5 file name")
+        sidecar = {
+            "params": self._stored_params(),
+            "model_json": self._model_json,
+            "history": self.history_,
+            "run_id": self.run_id_,
+            "segments": self.segments_,
+            "classes": self.classes_.tolist(),
+            "class_names": list(self.class_names_),
+        }
+        Path(f"{path}.gpcnn.json").write_text(json.dumps(sidecar, indent=1))
+
+    @classmethod
+    def load(cls, path: str | Path) -> GreenplumCNN:
+        """The fitted estimator that ``save`` wrote."""
+        path = Path(path)
+        sidecar = json.loads(Path(f"{path}.gpcnn.json").read_text())
+        keras = segment.keras_module()
+        if path.name.endswith(".weights.h5"):
+            model = keras.saving.deserialize_keras_object(
+                json.loads(sidecar["model_json"]), safe_mode=True
+            )
+            model.load_weights(path)
+        else:
+            model = keras.saving.load_model(path, safe_mode=True, compile=False)
+        params = dict(sidecar["params"])
+        if isinstance(params["optimizer"], dict):
+            params["optimizer"] = keras.optimizers.deserialize(params["optimizer"])
+        params["validation_data"] = None
+        params["metrics"] = tuple(params["metrics"])
+        if isinstance(params["validation_table"], list):
+            params["validation_table"] = tuple(params["validation_table"])
+        est = cls(model, **params)
+        est._model_json = sidecar["model_json"]
+        est._options = None
+        est.model_ = est._local_model(sidecar["model_json"], est._compile_options())
+        est.model_.set_weights(model.get_weights())
+        est.history_ = sidecar["history"]
+        est.run_id_ = sidecar["run_id"]
+        est.segments_ = sidecar["segments"]
+        est.classes_ = np.asarray(sidecar["classes"])
+        est.class_names_ = tuple(sidecar["class_names"])
+        return est
+
+    # -- sessions -----------------------------------------------------------------------------
+
+    def _close_sessions(self) -> None:
+        sessions = getattr(self, "_sessions", None)
+        if sessions is not None:
+            sessions.close()
+        self._sessions = None
+
+    def close(self) -> None:
+        """Release the segment sessions (they hold a TensorFlow process each)."""
+        self._close_sessions()
+
+    def __enter__(self) -> GreenplumCNN:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_sessions", None)
+        state.pop("_backend", None)
+        return state
+
+    def _progress_bar(self, first: int, last: int):
+        if not self.progress or last < first:
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=last - first + 1, desc=f"run {self.run_id_}", unit="it")
+
+
+def _is_table(x) -> bool:
+    return isinstance(x, str | TableName) or (
+        isinstance(x, tuple) and len(x) == 2 and all(isinstance(p, str) for p in x)
+    )
+
+
+def _model_input(x) -> np.ndarray:
+    """Arrays as the model takes them: uint8 through the one conversion, floats as they are."""
+    x = np.asarray(x)
+    if x.ndim == 3:
+        x = x[..., np.newaxis]
+    return segment.to_model_input(x) if x.dtype == np.uint8 else x.astype(np.float32)
+
+
+def _server_message(error: Exception, what: str) -> str:
+    text = str(getattr(error, "orig", error)).strip()
+    first = text.splitlines()[0] if text else repr(error)
+    hint = ""
+    if "No module named" in text or "plpython3u" in text:
+        hint = " (run gpcnn.check_environment(engine) / `gpcnn doctor`)"
+    return f"{what} failed in the database: {first}{hint}"
+
+
+__all__ = ["GreenplumCNN", "TrainingError"]
