@@ -19,7 +19,7 @@ from sklearn.base import BaseEstimator
 
 from . import runs, segment
 from . import weights as wire
-from .engines import Backend, backend_for, connect
+from .engines import backend_for, connect
 from .engines.sessions import SegmentSessions
 from .install import ensure_installed
 from .tables import ImageTable, TableName, describe
@@ -220,10 +220,9 @@ class GreenplumCNN(BaseEstimator):
         self.classes_ = np.arange(info.num_classes)
         self.class_names_ = info.class_names
         self.table_ = info.table
-        self._close_sessions()
-        self._backend = backend
-        self._sessions = backend.open_sessions(info.segments)
         self._model_json, self._options = model_json, options
+        self._backend = backend
+        self._ensure_sessions()
 
         first = len(history) + 1
         last = (len(history) + self.iterations) if resume is None else self.iterations
@@ -242,8 +241,8 @@ class GreenplumCNN(BaseEstimator):
                             if k in ("loss", "val_loss", "accuracy", "val_accuracy")
                         }
                     )
-        except KeyboardInterrupt:
-            self._close_sessions()
+        except BaseException:
+            self._discard_sessions()  # cancelled mid-query: start clean next time
             raise
         finally:
             if bar is not None:
@@ -315,15 +314,21 @@ class GreenplumCNN(BaseEstimator):
         if not hasattr(self, "model_"):
             raise RuntimeError("this GreenplumCNN is not fitted yet: call fit(table) first")
 
-    def _ensure_sessions(self) -> tuple[Backend, SegmentSessions]:
-        if getattr(self, "_sessions", None) is None:
-            engine = self._engine()
-            self._backend = backend_for(engine, self.schema)
-            self._sessions = self._backend.open_sessions(self.segments_)
-        return self._backend, self._sessions
+    def _ensure_sessions(self) -> SegmentSessions:
+        """The segment sessions this estimator holds (from the pool) until ``close``."""
+        threads = self._options["threads"]
+        held = getattr(self, "_sessions", None)
+        if held is not None and (len(held), held.threads) != (self.segments_, threads):
+            self._release_sessions()
+            held = None
+        if held is None:
+            if getattr(self, "_backend", None) is None:
+                self._backend = backend_for(self._engine(), self.schema)
+            self._sessions = self._backend.open_sessions(self.segments_, threads)
+        return self._sessions
 
     def _evaluate_table(self, info: ImageTable, weights: bytes | None = None) -> dict:
-        backend, sessions = self._ensure_sessions()
+        backend, sessions = self._backend, self._ensure_sessions()
         weights = weights if weights is not None else wire.model_to_bytes(self.model_)
         params = {
             "model": self._model_json,
@@ -355,7 +360,7 @@ class GreenplumCNN(BaseEstimator):
         if not _is_table(x):
             return np.asarray(self.model_.predict(_model_input(x), batch_size=1000, verbose=0))
         info = self._table_info(x)
-        backend, sessions = self._ensure_sessions()
+        backend, sessions = self._backend, self._ensure_sessions()
         params = {
             "model": self._model_json,
             "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
@@ -422,6 +427,7 @@ class GreenplumCNN(BaseEstimator):
         sidecar = {
             "params": self._stored_params(),
             "model_json": self._model_json,
+            "options": self._options,
             "history": self.history_,
             "run_id": self.run_id_,
             "segments": self.segments_,
@@ -452,7 +458,7 @@ class GreenplumCNN(BaseEstimator):
             params["validation_table"] = tuple(params["validation_table"])
         est = cls(model, **params)
         est._model_json = sidecar["model_json"]
-        est._options = None
+        est._options = sidecar["options"]
         est.model_ = est._local_model(sidecar["model_json"], est._compile_options())
         est.model_.set_weights(model.get_weights())
         est.history_ = sidecar["history"]
@@ -464,15 +470,20 @@ class GreenplumCNN(BaseEstimator):
 
     # -- sessions -----------------------------------------------------------------------------
 
-    def _close_sessions(self) -> None:
-        sessions = getattr(self, "_sessions", None)
+    def _release_sessions(self) -> None:
+        sessions, self._sessions = getattr(self, "_sessions", None), None
+        if sessions is not None:
+            sessions.release()
+
+    def _discard_sessions(self) -> None:
+        sessions, self._sessions = getattr(self, "_sessions", None), None
         if sessions is not None:
             sessions.close()
-        self._sessions = None
 
     def close(self) -> None:
-        """Release the segment sessions (they hold a TensorFlow process each)."""
-        self._close_sessions()
+        """Give back the segment sessions (each a server process with TensorFlow loaded) to the
+        pool of idle sessions that later fits reuse."""
+        self._release_sessions()
 
     def __enter__(self) -> GreenplumCNN:
         return self

@@ -73,8 +73,8 @@ class Backend:
 
     session_settings: ClassVar[tuple[str, ...]] = ()
 
-    def open_sessions(self, segments: int) -> SegmentSessions:
-        """The sessions an estimator keeps for its iterations."""
+    def open_sessions(self, segments: int, threads: int = 0) -> SegmentSessions:
+        """Sessions for the iterations of a fit whose segment processes run ``threads`` TF threads."""
         raise NotImplementedError
 
     def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:

@@ -72,8 +72,8 @@ class GreenplumBackend(Backend):
     # SD/GD (the model cache) live only while the session's segment processes do: keep them.
     session_settings = ("SET gp_vmem_idle_resource_timeout = 0",)
 
-    def open_sessions(self, segments: int) -> SegmentSessions:
-        return SegmentSessions(self.engine, 1, self.session_settings)
+    def open_sessions(self, segments: int, threads: int = 0) -> SegmentSessions:
+        return SegmentSessions(self.engine, 1, self.session_settings, threads)
 
     def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
         return [[int(k) for k in keys]]

@@ -51,8 +51,8 @@ class PostgresBackend(Backend):
             for k in keys
         ]
 
-    def open_sessions(self, segments: int) -> SegmentSessions:
-        return SegmentSessions(self.engine, segments, self.session_settings)
+    def open_sessions(self, segments: int, threads: int = 0) -> SegmentSessions:
+        return SegmentSessions(self.engine, segments, self.session_settings, threads)
 
     def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
         count = min(len(keys), sessions)

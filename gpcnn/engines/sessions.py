@@ -2,22 +2,79 @@
 
 from __future__ import annotations
 
+import atexit
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import sqlalchemy as sa
 
+MAX_IDLE_SESSIONS = 8  # each holds a server process with TensorFlow loaded (~300 MB private)
+
+
+class SessionPool:
+    """Idle segment sessions, kept for the next fit: a fresh backend costs seconds to import
+    TensorFlow and build the model. Sessions are only reused with the same URL, session settings
+    and TensorFlow thread count (fixed when TF starts in a backend, and it changes results)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple, list] = {}
+        self._lock = threading.Lock()
+
+    def take(self, tag: tuple, count: int) -> list:
+        with self._lock:
+            idle = self._idle.get(tag, [])
+            taken, self._idle[tag] = idle[:count], idle[count:]
+        return [conn for conn in taken if _alive(conn)]
+
+    def give(self, tag: tuple, connections: list) -> None:
+        with self._lock:
+            self._idle.setdefault(tag, []).extend(connections)
+            extra = sum(map(len, self._idle.values())) - MAX_IDLE_SESSIONS
+            for conns in self._idle.values():
+                while extra > 0 and conns:
+                    conns.pop(0).close()
+                    extra -= 1
+
+    def clear(self) -> None:
+        with self._lock:
+            for conns in self._idle.values():
+                for conn in conns:
+                    conn.close()
+            self._idle.clear()
+
+
+def _alive(conn) -> bool:
+    if conn.closed:
+        return False
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except Exception:
+        conn.close()
+        return False
+
+
+POOL = SessionPool()
+atexit.register(POOL.clear)
+
 
 class SegmentSessions:
-    """``count`` dedicated DBAPI connections, opened fresh (a pooled backend may already have
-    imported TensorFlow with other thread settings) and kept open across iterations, so each
-    backend's model cache survives. psycopg2 releases the GIL while a query runs."""
+    """``count`` DBAPI connections of their own (not SQLAlchemy's pool: a pooled backend may have
+    imported TensorFlow with other thread settings), kept open across iterations so each
+    backend's model cache survives. psycopg2 releases the GIL while a query runs. ``release``
+    hands them to ``POOL`` for the next user; ``close`` closes them."""
 
-    def __init__(self, engine: sa.Engine, count: int, settings: Sequence[str] = ()) -> None:
+    def __init__(
+        self, engine: sa.Engine, count: int, settings: Sequence[str] = (), threads: int = 0
+    ) -> None:
+        self.threads = threads
+        self._tag = (engine.url.render_as_string(hide_password=False), tuple(settings), threads)
+        self._connections = POOL.take(self._tag, count)
         cargs, cparams = engine.dialect.create_connect_args(engine.url)
-        self._connections = []
         try:
-            for _ in range(count):
+            while len(self._connections) < count:
                 conn = engine.dialect.dbapi.connect(*cargs, **cparams)
                 conn.autocommit = True
                 with conn.cursor() as cursor:
@@ -28,6 +85,15 @@ class SegmentSessions:
             self.close()
             raise
         self._pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="gpcnn-segment")
+
+    def __del__(self) -> None:
+        self.close()
+
+    def release(self) -> None:
+        """Back to the pool, open, for the next fit with the same settings."""
+        connections, self._connections = self._connections, []
+        POOL.give(self._tag, [c for c in connections if not c.closed])
+        self._pool.shutdown(wait=False)
 
     def __len__(self) -> int:
         return len(self._connections)
@@ -64,7 +130,7 @@ class SegmentSessions:
                 conn.cancel()
 
     def close(self) -> None:
-        for conn in self._connections:
+        for conn in getattr(self, "_connections", []):
             if not conn.closed:
                 conn.close()
         self._connections = []

@@ -1,0 +1,265 @@
+"""In-database training against a plain in-process reference (issue: GreenplumCNN).
+
+Small data, fixed seeds, one TF thread both here (conftest) and in every segment, oneDNN off.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from sklearn.base import clone
+
+from gpcnn import segment
+from gpcnn import weights as wire
+from gpcnn.estimator import GreenplumCNN, TrainingError
+from gpcnn.tables import load_images, read_images
+
+keras = segment.keras_module()
+
+LEARNING_RATE = 0.05
+BATCH = 16
+DATA_SCHEMA = "gpcnn_training_test"
+
+
+def tiny_cnn(batchnorm_dropout: bool = False, classes: int = 3):
+    keras.utils.set_random_seed(7)
+    layers = [keras.Input((8, 8, 1)), keras.layers.Conv2D(3, 3, activation="relu")]
+    if batchnorm_dropout:
+        layers += [keras.layers.BatchNormalization(), keras.layers.Dropout(0.3)]
+    layers += [keras.layers.Flatten(), keras.layers.Dense(classes, activation="softmax")]
+    return keras.Sequential(layers)
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 3, 150)
+    # Learnable: each class brightens a different third of the image.
+    images = rng.integers(0, 120, (150, 8, 8), dtype=np.uint8)
+    for c in range(3):
+        images[labels == c, :, c * 2 : c * 2 + 3] += 120
+    return images, labels
+
+
+@pytest.fixture(scope="module")
+def tables(engine, schema, data):
+    x, y = data
+    names = {}
+    for k in (1, 2, 3):
+        names[k] = f"{DATA_SCHEMA}.train_k{k}"
+        load_images(engine, names[k], x, y, segments=k, buffer_size=20, replace=True,
+                    progress=False, schema=schema)
+    names["test"] = f"{DATA_SCHEMA}.test"
+    load_images(engine, names["test"], x[:60], y[:60], segments=2, replace=True, progress=False,
+                schema=schema)
+    return names
+
+
+def estimator(engine, schema, model, **params):
+    defaults = dict(
+        optimizer="sgd", learning_rate=LEARNING_RATE, batch_size=BATCH, iterations=1, seed=11,
+        database=engine, schema=schema, threads_per_segment=1, progress=False,
+    )
+    return GreenplumCNN(model, **{**defaults, **params})
+
+
+def shards(engine, schema, table):
+    """Each key's (images, labels) in buffer order, cut into buffers, as stored."""
+    from gpcnn.tables import TableName, describe
+
+    info = describe(engine, table, schema)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                f"SELECT __dist_key__, x, y, n FROM {TableName.parse(table).schema}."
+                f"{TableName.parse(table).name} ORDER BY __dist_key__, buffer_id"
+            )
+        ).all()
+    out: dict[int, list] = {k: [] for k in info.keys}
+    for key, x, y, n in rows:
+        out[key].append((segment.decode_images(x, n, info.image_shape), segment.decode_labels(y)))
+    return out
+
+
+def reference(model, key_buffers, iterations, seed=None):
+    """K copies from the same start, trained with train_on_batch on the same shards in the same
+    buffer order with a fresh optimizer each iteration, averaged by image count."""
+    weights = wire.flatten(model.get_weights())
+    for iteration in range(1, iterations + 1):
+        models, counts = [], []
+        for key, buffers in key_buffers.items():
+            local = keras.models.model_from_json(model.to_json())
+            local.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE),
+                          loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+            wire.set_model_weights(local, weights)
+            segment.seed_everything(local, seed, iteration, key)
+            for images, labels in buffers:
+                x = segment.to_model_input(images)
+                for start in range(0, len(x), BATCH):
+                    local.train_on_batch(x[start:start + BATCH], labels[start:start + BATCH])
+            models.append(wire.flatten(local.get_weights()))
+            counts.append(sum(len(labels) for _, labels in buffers))
+        acc = sum(m.astype(np.float64) * n for m, n in zip(models, counts, strict=True))
+        weights = (acc / sum(counts)).astype(np.float32)
+    return weights
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("iterations", [1, 2])
+def test_merged_weights_equal_the_in_process_reference(engine, schema, tables, k, iterations):
+    model = tiny_cnn()
+    est = estimator(engine, schema, model, iterations=iterations)
+    with est:
+        est.fit(tables[k])
+    expected = reference(model, shards(engine, schema, tables[k]), iterations)
+    np.testing.assert_allclose(wire.flatten(est.model_.get_weights()), expected, atol=1e-6, rtol=0)
+    assert [r["iteration"] for r in est.history_] == list(range(1, iterations + 1))
+    assert est.history_[-1]["images"] == 150
+    assert est.segments_ == k
+
+
+def test_single_segment_equals_plain_keras(engine, schema, tables, data):
+    model = tiny_cnn()
+    with estimator(engine, schema, model, iterations=2) as est:
+        est.fit(tables[1])
+    plain = keras.models.model_from_json(model.to_json())
+    plain.set_weights(model.get_weights())
+    (buffers,) = shards(engine, schema, tables[1]).values()
+    for _ in range(2):
+        plain.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE),
+                      loss="sparse_categorical_crossentropy")
+        for images, labels in buffers:
+            x = segment.to_model_input(images)
+            for start in range(0, len(x), BATCH):
+                plain.train_on_batch(x[start:start + BATCH], labels[start:start + BATCH])
+    np.testing.assert_allclose(
+        wire.flatten(est.model_.get_weights()), wire.flatten(plain.get_weights()), atol=1e-6
+    )
+
+
+def test_batchnorm_statistics_are_averaged_like_all_weights(engine, schema, tables):
+    model = tiny_cnn(batchnorm_dropout=True)
+    with estimator(engine, schema, model, iterations=1, seed=5) as est:
+        est.fit(tables[2])
+    expected = reference(model, shards(engine, schema, tables[2]), 1, seed=5)
+    got = wire.flatten(est.model_.get_weights())
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    entries = wire.manifest(est.model_)
+    moving = [i for i, e in enumerate(entries) if "moving" in e["name"]]
+    assert moving, "the model has BatchNorm moving statistics"
+    start = wire.flatten(model.get_weights())
+    arrays = wire.unflatten(got, entries)
+    before = wire.unflatten(start, entries)
+    assert all(not np.allclose(arrays[i], before[i]) for i in moving)
+
+
+def test_resumed_fit_equals_uninterrupted(engine, schema, tables):
+    model = tiny_cnn(batchnorm_dropout=True)
+    with estimator(engine, schema, model, iterations=3) as whole:
+        whole.fit(tables[2])
+    with estimator(engine, schema, model, iterations=1) as first:
+        first.fit(tables[2])
+        run_id = first.run_id_
+    resumed = estimator(engine, schema, model, iterations=3)
+    with resumed:
+        resumed.fit(tables[2], resume=run_id)
+    assert resumed.run_id_ == run_id
+    assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
+    np.testing.assert_array_equal(
+        wire.flatten(resumed.model_.get_weights()), wire.flatten(whole.model_.get_weights())
+    )
+
+
+def test_fit_never_changes_the_given_model(engine, schema, tables):
+    model = tiny_cnn()
+    before = wire.flatten(model.get_weights()).copy()
+    with estimator(engine, schema, model) as est:
+        assert est.fit(tables[2]) is est
+    np.testing.assert_array_equal(wire.flatten(model.get_weights()), before)
+    assert est.model_ is not model
+
+
+def test_sklearn_contract(engine, schema):
+    model = tiny_cnn()
+    est = estimator(engine, schema, model, iterations=4)
+    params = est.get_params()
+    assert params["iterations"] == 4 and params["model"] is model
+    assert est.set_params(iterations=2, learning_rate=0.1) is est
+    assert (est.iterations, est.learning_rate) == (2, 0.1)
+    twin = clone(est)
+    assert twin is not est and twin.get_params() == est.get_params()
+    assert not hasattr(twin, "model_")
+
+
+def test_predict_and_evaluate_in_the_database_equal_local(engine, schema, tables):
+    with estimator(engine, schema, tiny_cnn(), iterations=2) as est:
+        est.fit(tables[2])
+        x, y = read_images(engine, tables["test"], schema)
+        in_db = est.predict_proba(tables["test"])
+        local = est.predict_proba(x)
+        np.testing.assert_allclose(in_db, local, atol=1e-5)
+        np.testing.assert_array_equal(est.predict(tables["test"]), local.argmax(axis=1))
+        db_eval = est.evaluate(tables["test"])
+        local_eval = est.evaluate(x, y)
+        assert db_eval["loss"] == pytest.approx(local_eval["loss"], abs=1e-5)
+        assert db_eval["accuracy"] == pytest.approx(local_eval["accuracy"], abs=1e-6)
+        assert est.score(tables["test"]) == pytest.approx(local_eval["accuracy"], abs=1e-6)
+
+
+def test_validation_history_and_persistence(engine, schema, tables, tmp_path):
+    with estimator(engine, schema, tiny_cnn(), iterations=2, validation_table=tables["test"],
+                   metrics=("accuracy",)) as est:
+        est.fit(tables[2])
+    row = est.history_[-1]
+    for key in ("iteration", "epoch", "images", "loss", "accuracy", "val_loss", "val_accuracy",
+                "seconds", "db_seconds"):
+        assert key in row
+    json.dumps(est.history_)  # plain values: CSV/JSON without pandas
+    with engine.connect() as conn:
+        stored = conn.execute(
+            sa.text(f"SELECT iteration, metrics FROM {schema}.run_iterations WHERE run_id = :r "
+                    "ORDER BY iteration"), {"r": est.run_id_}
+        ).all()
+    assert [json.loads(m)["val_loss"] for _, m in stored] == [r["val_loss"] for r in est.history_]
+    for name in ("model.keras", "model.weights.h5"):
+        est.save(tmp_path / name)
+        again = GreenplumCNN.load(tmp_path / name)
+        np.testing.assert_array_equal(
+            wire.flatten(again.model_.get_weights()), wire.flatten(est.model_.get_weights())
+        )
+        assert again.history_ == est.history_ and again.iterations == est.iterations
+
+
+def test_errors_name_the_problem_before_training(engine, schema, tables):
+    wrong_input = keras.Sequential([keras.Input((9, 9, 1)), keras.layers.Flatten(),
+                                    keras.layers.Dense(3, activation="softmax")])
+    with pytest.raises(ValueError, match="shape"):
+        estimator(engine, schema, wrong_input).fit(tables[2])
+    with pytest.raises(ValueError, match="output units"):
+        estimator(engine, schema, tiny_cnn(classes=5)).fit(tables[2])
+    with pytest.raises(ValueError, match="not a gpcnn image table"):
+        estimator(engine, schema, tiny_cnn()).fit(f"{DATA_SCHEMA}.nothing_here")
+    with pytest.raises(ValueError, match="load_images"):
+        estimator(engine, schema, tiny_cnn()).fit(np.zeros((3, 8, 8)))
+    with pytest.raises(ValueError, match="metric"):
+        estimator(engine, schema, tiny_cnn(), metrics=("auc",)).fit(tables[2])
+    with pytest.raises(ValueError, match="merge"):
+        estimator(engine, schema, tiny_cnn(), merge="median").fit(tables[2])
+
+
+def test_diverging_run_stops_and_keeps_the_last_good_iteration(engine, schema, tables):
+    est = estimator(engine, schema, tiny_cnn(), iterations=5, learning_rate=1e30)
+    with est, pytest.raises(TrainingError, match="non-finite"):
+        est.fit(tables[2])
+    assert all(np.isfinite(r["loss"]) for r in est.history_)
+    assert np.isfinite(wire.flatten(est.model_.get_weights())).all()
+
+
+def test_safe_mode_refuses_lambda_layers(engine, schema, tables):
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Lambda(lambda t: t * 2),
+                              keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax")])
+    with pytest.raises((TrainingError, ValueError), match="safe"):
+        estimator(engine, schema, model).fit(tables[2])
