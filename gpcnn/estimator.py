@@ -8,7 +8,6 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,15 @@ import numpy as np
 import sqlalchemy as sa
 from sklearn.base import BaseEstimator
 
-from . import runs, segment
+from . import merge, runs, segment
 from . import weights as wire
 from .engines import backend_for, connect
 from .engines.sessions import SegmentSessions
 from .install import ensure_installed
 from .tables import ImageTable, TableName, describe
+from .training import Training, TrainingError, evaluate_table, plan_slices
+
+PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
 # Metrics whose image-weighted mean over segments equals the metric over all images.
 MEAN_METRICS = frozenset(
@@ -43,12 +45,7 @@ MEAN_METRICS = frozenset(
         "mae",
     }
 )
-OPTIMIZER_STATES = ("reset",)
-MERGES = ("average",)
-
-
-class TrainingError(RuntimeError):
-    """An iteration failed; the message says why and what to do."""
+OPTIMIZER_STATES = ("reset", "local", "average")
 
 
 class GreenplumCNN(BaseEstimator):
@@ -70,7 +67,9 @@ class GreenplumCNN(BaseEstimator):
         batch_size: int = 32,
         iterations: int = 10,
         local_epochs: int = 1,
+        merges_per_epoch: int = 1,
         merge: str = "average",
+        merge_options: dict | None = None,
         optimizer_state: str = "reset",
         database: str | sa.Engine | None = None,
         schema: str = "gpcnn",
@@ -89,7 +88,9 @@ class GreenplumCNN(BaseEstimator):
         self.batch_size = batch_size
         self.iterations = iterations
         self.local_epochs = local_epochs
+        self.merges_per_epoch = merges_per_epoch
         self.merge = merge
+        self.merge_options = merge_options
         self.optimizer_state = optimizer_state
         self.database = database
         self.schema = schema
@@ -107,16 +108,18 @@ class GreenplumCNN(BaseEstimator):
     # -- setup ------------------------------------------------------------------------------
 
     def _check_params(self) -> None:
-        if self.merge not in MERGES:
-            raise ValueError(f"merge={self.merge!r}: choose one of {', '.join(MERGES)}")
+        if self.merge not in merge.RULES:
+            raise ValueError(f"merge={self.merge!r}: choose one of {', '.join(merge.RULES)}")
         if self.optimizer_state not in OPTIMIZER_STATES:
             raise ValueError(
                 f"optimizer_state={self.optimizer_state!r}: choose one of {OPTIMIZER_STATES}"
             )
-        for name in ("batch_size", "iterations", "local_epochs"):
+        for name in ("batch_size", "iterations", "local_epochs", "merges_per_epoch"):
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.local_epochs > 1 and self.merges_per_epoch > 1:
+            raise ValueError("local_epochs > 1 needs merges_per_epoch=1 (one merge per pass)")
         for metric in self.metrics:
             if metric not in MEAN_METRICS:
                 raise ValueError(
@@ -188,6 +191,11 @@ class GreenplumCNN(BaseEstimator):
             self._check_model_fits(validation)
         compile_options = self._compile_options()
         model_json = self.model.to_json()
+        manifest = wire.manifest(self.model)
+        rule = merge.make_rule(
+            self.merge, wire.trainable_mask(manifest), info.segments, **(self.merge_options or {})
+        )
+        slices = plan_slices(engine, backend, info, self.merges_per_epoch, self.local_epochs)
         threads = self.threads_per_segment or backend.default_threads(info.segments)
         options = {
             "compile": compile_options,
@@ -195,118 +203,80 @@ class GreenplumCNN(BaseEstimator):
             "image_shape": list(info.image_shape),
             "seed": self.seed,
             "threads": int(threads),
+            "optimizer_state": self.optimizer_state,
         }
 
-        history: list[dict] = []
+        stored = None
         if resume is not None:
             stored = runs.load_run(engine, backend, resume)
             if stored.weights is None:
                 raise ValueError(f"run {resume} stored no iteration yet: start a new fit")
-            weights, history, run_id = stored.weights, stored.iterations, resume
+            run_id, history = resume, stored.iterations
         else:
-            if self.warm_start and hasattr(self, "model_"):
-                weights, history = wire.model_to_bytes(self.model_), list(self.history_)
-            else:
-                weights = wire.model_to_bytes(self.model)
+            history = list(self.history_) if self.warm_start and hasattr(self, "model_") else []
+            start = self.model_ if history else self.model
             run_id = runs.create_run(
                 engine, backend, str(info.table), self._stored_params(), model_json
             )
 
         self.model_ = self._local_model(model_json, compile_options)
-        wire.set_model_weights(self.model_, weights)
         self.history_ = history
         self.run_id_ = run_id
         self.segments_ = info.segments
         self.classes_ = np.arange(info.num_classes)
         self.class_names_ = info.class_names
-        self.table_ = info.table
         self._model_json, self._options = model_json, options
-        self._backend = backend
-        self._ensure_sessions()
+        self._backend, self._validation_model = backend, None
+        training = Training(
+            engine=engine,
+            backend=backend,
+            sessions=self._ensure_sessions(),
+            info=info,
+            run_id=run_id,
+            model_json=model_json,
+            options=options,
+            manifest=manifest,
+            rule=rule,
+            slices=slices,
+            local_epochs=int(self.local_epochs),
+            evaluate=lambda weights: self._validation(validation, weights),
+        )
+        if stored is not None:
+            training.restore(stored)
+        else:
+            training.start(wire.flatten(start.get_weights()))
+        wire.set_model_weights(self.model_, rule.model())
 
         first = len(history) + 1
         last = (len(history) + self.iterations) if resume is None else self.iterations
         bar = self._progress_bar(first, last)
         try:
             for iteration in range(first, last + 1):
-                row, weights = self._iteration(engine, info, validation, iteration, weights)
-                runs.store_iteration(engine, backend, run_id, row, weights)
+                row = training.step(iteration)
+                wire.set_model_weights(self.model_, rule.model())
                 self.history_.append(row)
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(
-                        {
-                            k: f"{v:.4f}"
-                            for k, v in row.items()
-                            if k in ("loss", "val_loss", "accuracy", "val_accuracy")
-                        }
-                    )
+                    bar.set_postfix({k: f"{row[k]:.4f}" for k in PROGRESS_KEYS if k in row})
         except BaseException:
-            self._discard_sessions()  # cancelled mid-query: start clean next time
+            self._discard_sessions()  # maybe cancelled mid-query: start clean next time
             raise
         finally:
             if bar is not None:
                 bar.close()
         return self
 
-    def _iteration(
-        self, engine, info: ImageTable, validation, iteration: int, weights: bytes
-    ) -> tuple[dict, bytes]:
-        started = time.perf_counter()
-        params = {
-            "model": self._model_json,
-            "options": json.dumps({**self._options, "iteration": iteration}),
-            "weights": weights,
-            "epochs": int(self.local_epochs),
-            **self._slices(info),
-        }
-        try:
-            result = self._backend.run_aggregate(
-                self._sessions, "train", info.table.sql(self._backend), params, info.keys, True
-            )
-        except sa.exc.DBAPIError as e:
-            raise TrainingError(_server_message(e, "training")) from None
-        except Exception as e:
-            if type(e).__module__.startswith("psycopg2"):
-                raise TrainingError(_server_message(e, "training")) from None
-            raise
-        db_seconds = time.perf_counter() - started
-        metrics, flat = segment.decode_result(result)
-        if not np.isfinite(flat).all():
-            raise TrainingError(
-                f"iteration {iteration} produced non-finite weights (diverged): lower the "
-                f"learning rate; run {self.run_id_} keeps iteration {iteration - 1}"
-            )
-        new_weights = wire.to_bytes(flat)
-        wire.set_model_weights(self.model_, flat)
-        row = {
-            "iteration": iteration,
-            "epoch": iteration * int(self.local_epochs),
-            "images": int(metrics.pop("images")),
-            **{k: float(v) for k, v in metrics.items()},
-        }
-        row.update(self._validation_metrics(validation, new_weights))
-        row["db_seconds"] = db_seconds
-        row["seconds"] = time.perf_counter() - started
-        return row, new_weights
-
-    def _slices(self, info: ImageTable) -> dict:
-        """Per key: the buffers of this iteration and the images they hold (× local epochs)."""
-        counts = [c * int(self.local_epochs) for c in info.images_per_segment]
-        return {
-            "first": [0] * info.segments,
-            "stop": [2**31 - 1] * info.segments,
-            "expected": counts,
-        }
-
-    def _validation_metrics(self, validation: ImageTable | None, weights: bytes) -> dict:
+    def _validation(self, validation: ImageTable | None, weights: bytes) -> dict | None:
         if validation is not None:
-            values = self._evaluate_table(validation, weights)
-        elif self.validation_data is not None:
-            values = self._evaluate_arrays(*self.validation_data)
-        else:
-            return {}
-        return {f"val_{k}": v for k, v in values.items() if k != "images"}
+            return self._evaluate_table(validation, weights)
+        if self.validation_data is not None:
+            if getattr(self, "_validation_model", None) is None:
+                self._validation_model = self._local_model(
+                    self._model_json, self._options["compile"]
+                )
+            wire.set_model_weights(self._validation_model, weights)
+            return _evaluate_arrays(self._validation_model, *self.validation_data)
+        return None
 
     # -- in-database evaluation and prediction ------------------------------------------------
 
@@ -328,27 +298,10 @@ class GreenplumCNN(BaseEstimator):
         return self._sessions
 
     def _evaluate_table(self, info: ImageTable, weights: bytes | None = None) -> dict:
-        backend, sessions = self._backend, self._ensure_sessions()
         weights = weights if weights is not None else wire.model_to_bytes(self.model_)
-        params = {
-            "model": self._model_json,
-            "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
-            "weights": weights,
-        }
-        try:
-            result = backend.run_aggregate(
-                sessions, "evaluate", info.table.sql(backend), params, info.keys, True
-            )
-        except sa.exc.DBAPIError as e:
-            raise TrainingError(_server_message(e, "evaluation")) from None
-        metrics, _ = segment.decode_result(result)
-        return {k: float(v) for k, v in metrics.items()}
-
-    def _evaluate_arrays(self, x, y) -> dict:
-        logs = self.model_.evaluate(
-            _model_input(x), np.asarray(y), batch_size=1000, verbose=0, return_dict=True
+        return evaluate_table(
+            self._backend, self._ensure_sessions(), info, self._model_json, self._options, weights
         )
-        return {k: float(v) for k, v in logs.items()}
 
     def _table_info(self, table) -> ImageTable:
         return describe(self._engine(), table, self.schema)
@@ -368,7 +321,7 @@ class GreenplumCNN(BaseEstimator):
         }
         sql = backend.prediction_sql(info.table.sql(backend))
         groups = backend.session_groups(info.keys, len(sessions))
-        rows = sessions.map(sql, [{**params, "keys": g} for g in groups])
+        rows = sessions.map(sql, [{**params, "group": g} for g in groups])
         ordered = sorted((row for chunk in rows for row in chunk), key=lambda r: r[0])
         classes = info.num_classes
         return np.concatenate(
@@ -388,7 +341,7 @@ class GreenplumCNN(BaseEstimator):
             return values
         if y is None:
             raise ValueError("evaluate(x, y) needs labels for arrays")
-        return self._evaluate_arrays(x, y)
+        return _evaluate_arrays(self.model_, x, y)
 
     def score(self, x, y=None) -> float:
         """Accuracy, the scikit-learn classifier convention."""
@@ -495,6 +448,7 @@ class GreenplumCNN(BaseEstimator):
         state = dict(self.__dict__)
         state.pop("_sessions", None)
         state.pop("_backend", None)
+        state.pop("_validation_model", None)
         return state
 
     def _progress_bar(self, first: int, last: int):
@@ -519,13 +473,11 @@ def _model_input(x) -> np.ndarray:
     return segment.to_model_input(x) if x.dtype == np.uint8 else x.astype(np.float32)
 
 
-def _server_message(error: Exception, what: str) -> str:
-    text = str(getattr(error, "orig", error)).strip()
-    first = text.splitlines()[0] if text else repr(error)
-    hint = ""
-    if "No module named" in text or "plpython3u" in text:
-        hint = " (run gpcnn.check_environment(engine) / `gpcnn doctor`)"
-    return f"{what} failed in the database: {first}{hint}"
+def _evaluate_arrays(model, x, y) -> dict:
+    logs = model.evaluate(
+        _model_input(x), np.asarray(y), batch_size=1000, verbose=0, return_dict=True
+    )
+    return {k: float(v) for k, v in logs.items()}
 
 
 __all__ = ["GreenplumCNN", "TrainingError"]

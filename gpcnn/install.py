@@ -82,6 +82,7 @@ _TRAIN_ARGS = (
     ("model_json", "text"),
     ("options_json", "text"),
     ("weights", "bytea"),
+    ("optimizer", "bytea"),
     ("expected", "bigint"),
 )
 _EVAL_ARGS = (
@@ -99,7 +100,8 @@ FUNCTIONS = (
         "train_transition",
         (("state", "bytea"), *_TRAIN_ARGS),
         "bytea",
-        "segment.train_transition(state, key, x, y, n, model_json, options_json, weights, expected)",
+        "segment.train_transition(state, key, x, y, n, model_json, options_json, weights, optimizer, "
+        "expected)",
     ),
     Function(
         "evaluate_transition",
@@ -139,7 +141,9 @@ def _aggregates(schema: str) -> list[str]:
     return [
         aggregate("train", _TRAIN_ARGS, "train_transition", ""),
         aggregate("evaluate", _EVAL_ARGS, "evaluate_transition", ""),
-        aggregate("merge", (("state", "bytea"),), "merge_states", f", FINALFUNC = {schema}.final_state"),
+        aggregate(
+            "merge", (("state", "bytea"),), "merge_states", f", FINALFUNC = {schema}.final_state"
+        ),
     ]
 
 

@@ -1,23 +1,192 @@
 """Merge rules on flat weight vectors (numpy only): the same code in the database and locally.
 
-A merge rule turns the K segment models of one iteration into the next model. MADlib's rule, the
+A merge rule turns the K segment models of one iteration into the next model(s). MADlib's rule, the
 default, is the image-count-weighted average of ALL weights (trainable and not: BatchNorm moving
-statistics are weights too). It needs weights only, never gradients.
+statistics are weights too). Every rule here needs weights only, never gradients.
+
+The weighted average is streamed inside the database (``accumulate`` per segment, ``add`` in the
+aggregate's merge function, ``finish`` in its final function); the rules beyond it act on the
+result between iterations, in the client:
+
+- ``average``: MADlib, w <- sum(n_k w_k) / sum(n_k).
+- ``bmuf``: block momentum (Chen & Huo 2016). G = avg - w_sent; D <- eta D + zeta G; w <- w + D;
+  the next models sent are w (classic) or w + eta D (Nesterov). eta=0, zeta=1 is ``average``.
+- ``easgd``: elastic averaging, synchronous (Zhang, Choromanska & LeCun 2015). Each segment keeps its
+  own model x_i; centre c: c <- c + alpha sum_i (x_i - c), x_i <- x_i - alpha (x_i - c), both from
+  the pre-update values; K alpha < 1. The evaluated model is the centre.
+- ``none``: K workers that never merge; each keeps its own model.
+
+Momentum-like rules act on trainable weights only; non-trainable weights (BatchNorm moving mean and
+variance) take the plain weighted average, so a variance can never be pushed negative.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
+Vector = np.ndarray
 
-def weighted_average(models: Sequence[np.ndarray], counts: Sequence[int]) -> np.ndarray:
-    """MADlib's merge: ``sum(n_k * w_k) / sum(n_k)``, accumulated in float64, returned as float32."""
-    total = int(sum(int(n) for n in counts))
-    if total <= 0:
+
+# -- the streamed weighted average (also used by the aggregate in the database) -------------------
+
+
+def accumulate(weights: Vector, count: int) -> Vector:
+    """One segment's contribution S = n * w, in float64 (exact counts, no float32 rounding)."""
+    return np.asarray(weights, dtype=np.float64) * int(count)
+
+
+def finish(weight_sum: Vector, count: int) -> Vector:
+    """w = S / n as float32; an empty total is an error."""
+    if int(count) <= 0:
         raise ValueError("cannot average models that saw no images")
-    acc = np.zeros(np.asarray(models[0]).shape, dtype=np.float64)
-    for model, n in zip(models, counts, strict=True):
-        acc += np.asarray(model, dtype=np.float64) * int(n)
-    return (acc / total).astype(np.float32)
+    return (np.asarray(weight_sum, dtype=np.float64) / int(count)).astype(np.float32)
+
+
+def weighted_average(models: Sequence[Vector], counts: Sequence[int]) -> Vector:
+    """MADlib's merge: ``sum(n_k * w_k) / sum(n_k)``."""
+    total = sum(accumulate(m, n) for m, n in zip(models, counts, strict=True))
+    return finish(total, sum(int(n) for n in counts))
+
+
+# -- rules that act between iterations --------------------------------------------------------
+
+
+@dataclass
+class MergeRule:
+    """The client-side part of a rule. ``start`` once, then per iteration: ``sent`` gives the
+    model each segment starts from, ``update`` takes the iteration's result (the in-database
+    average, and each segment's model for rules that keep them), ``model`` is what is evaluated.
+    ``state``/``restore`` carry what a resumed run needs beyond the stored models."""
+
+    trainable: Vector  # bool mask over the flat vector
+    per_segment: bool = False  # needs each segment's model back (not only the average)
+    center: Vector | None = None
+
+    def start(self, weights: Vector, keys: Sequence[int]) -> None:
+        self.center = np.array(weights, dtype=np.float32)
+
+    def sent(self, keys: Sequence[int]) -> Vector | dict[int, Vector]:
+        return self.center
+
+    def update(
+        self, average: Vector, segments: Mapping[int, Vector] | None, counts: Mapping[int, int]
+    ) -> None:
+        self.center = np.array(average, dtype=np.float32)
+
+    def model(self) -> Vector:
+        return self.center
+
+    def state(self) -> Vector | None:
+        return None
+
+    def restore(self, model: Vector, state: Vector | None, segments: Mapping[int, Vector]) -> None:
+        self.center = np.array(model, dtype=np.float32)
+
+
+class Average(MergeRule):
+    """MADlib: the next model is the weighted average."""
+
+
+@dataclass
+class BlockMomentum(MergeRule):
+    eta: float = 0.9
+    zeta: float = 1.0
+    nesterov: bool = True
+    delta: Vector | None = None
+    last_sent: Vector | None = None
+
+    def start(self, weights: Vector, keys: Sequence[int]) -> None:
+        super().start(weights, keys)
+        self.delta = np.zeros_like(self.center)
+
+    def sent(self, keys: Sequence[int]) -> Vector:
+        sent = self.center + self.eta * self.delta if self.nesterov else self.center
+        self.last_sent = np.where(self.trainable, sent, self.center).astype(np.float32)
+        return self.last_sent
+
+    def update(self, average, segments, counts) -> None:
+        step = np.asarray(average, np.float64) - self.last_sent
+        self.delta = (self.eta * self.delta + self.zeta * step).astype(np.float32)
+        self.delta[~self.trainable] = 0
+        moved = self.center + self.delta
+        self.center = np.where(self.trainable, moved, average).astype(np.float32)
+
+    def state(self) -> Vector:
+        return self.delta
+
+    def restore(self, model, state, segments) -> None:
+        super().restore(model, state, segments)
+        self.delta = np.zeros_like(self.center) if state is None else np.array(state, np.float32)
+
+
+@dataclass
+class ElasticAveraging(MergeRule):
+    alpha: float = 0.45
+    per_segment: bool = True
+    locals_: dict[int, Vector] = field(default_factory=dict)
+
+    def start(self, weights, keys) -> None:
+        super().start(weights, keys)
+        if len(keys) * self.alpha >= 1:
+            raise ValueError(f"easgd needs K*alpha < 1, got {len(keys)} * {self.alpha}")
+        self.locals_ = {k: self.center.copy() for k in keys}
+
+    def sent(self, keys) -> dict[int, Vector]:
+        return self.locals_
+
+    def update(self, average, segments, counts) -> None:
+        old_center = self.center.astype(np.float64)
+        pull = sum(np.asarray(x, np.float64) - old_center for x in segments.values())
+        center = old_center + self.alpha * pull
+        self.center = np.where(self.trainable, center, average).astype(np.float32)
+        self.locals_ = {
+            k: np.where(
+                self.trainable, np.asarray(x, np.float64) - self.alpha * (x - old_center), x
+            ).astype(np.float32)
+            for k, x in segments.items()
+        }
+
+    def restore(self, model, state, segments) -> None:
+        super().restore(model, state, segments)
+        self.locals_ = {k: np.array(v, np.float32) for k, v in segments.items()}
+
+
+@dataclass
+class NoMerge(MergeRule):
+    """K workers that never merge; the evaluated model is their one-shot average."""
+
+    per_segment: bool = True
+    locals_: dict[int, Vector] = field(default_factory=dict)
+
+    def start(self, weights, keys) -> None:
+        super().start(weights, keys)
+        self.locals_ = {k: self.center.copy() for k in keys}
+
+    def sent(self, keys) -> dict[int, Vector]:
+        return self.locals_
+
+    def update(self, average, segments, counts) -> None:
+        self.locals_ = {k: np.array(v, np.float32) for k, v in segments.items()}
+        self.center = np.array(average, np.float32)
+
+    def restore(self, model, state, segments) -> None:
+        super().restore(model, state, segments)
+        self.locals_ = {k: np.array(v, np.float32) for k, v in segments.items()}
+
+
+RULES = {"average": Average, "bmuf": BlockMomentum, "easgd": ElasticAveraging, "none": NoMerge}
+
+
+def make_rule(name: str, trainable: Vector, segments: int, **options) -> MergeRule:
+    """A rule by name with its options (bmuf: eta, zeta, nesterov; easgd: alpha, default 0.9/K)."""
+    if name not in RULES:
+        raise ValueError(f"merge={name!r}: choose one of {', '.join(RULES)}")
+    if name == "easgd":
+        options.setdefault("alpha", 0.9 / segments)
+    try:
+        return RULES[name](trainable=np.asarray(trainable, bool), **options)
+    except TypeError as e:
+        raise ValueError(f"merge={name!r} does not take these options: {options}") from e

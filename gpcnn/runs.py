@@ -22,8 +22,10 @@ class StoredRun:
     params: dict
     model_json: str
     iterations: list[dict]  # history rows, in order
-    weights: bytes | None  # of the last stored iteration
-    segment_state: dict[int, bytes]  # per-segment models of rules that keep them
+    weights: bytes | None  # the model of the last stored iteration
+    rule_state: bytes | None  # what the merge rule needs beyond it (BMUF's momentum)
+    optimizer: bytes | None  # the shared optimizer state ("average" policy)
+    segment_models: dict[int, tuple[bytes, bytes | None]]  # each key's next start
 
 
 def ensure_tables(conn: sa.Connection, backend: Backend) -> None:
@@ -45,6 +47,8 @@ def ensure_tables(conn: sa.Connection, backend: Backend) -> None:
             iteration integer NOT NULL,
             metrics text NOT NULL,
             weights bytea NOT NULL,
+            rule_state bytea,
+            optimizer bytea,
             created_at timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (run_id, iteration)
         ){backend.distribution("run_id")}"""
@@ -57,6 +61,7 @@ def ensure_tables(conn: sa.Connection, backend: Backend) -> None:
             __dist_key__ integer NOT NULL,
             iteration integer NOT NULL,
             weights bytea NOT NULL,
+            optimizer bytea,
             PRIMARY KEY (run_id, __dist_key__)
         ){backend.distribution("__dist_key__")}"""
     )
@@ -76,38 +81,49 @@ def create_run(
         ).scalar()
 
 
-def store_iteration(
-    engine: sa.Engine,
+def write_iteration(
+    conn: sa.Connection,
     backend: Backend,
     run_id: int,
     row: dict,
     weights: bytes,
-    segment_models: dict[int, bytes] | None = None,
+    rule_state: bytes | None = None,
+    optimizer: bytes | None = None,
 ) -> None:
-    """The iteration's history row and weights (and per-segment models), in one transaction."""
+    """The iteration's history row and model; the caller's transaction also holds the rest."""
+    conn.execute(
+        sa.text(
+            f"INSERT INTO {backend.qschema}.run_iterations (run_id, iteration, metrics, weights, "
+            "rule_state, optimizer) VALUES (:r, :i, :m, :w, :s, :o)"
+        ),
+        {
+            "r": run_id,
+            "i": row["iteration"],
+            "m": json.dumps(row),
+            "w": weights,
+            "s": rule_state,
+            "o": optimizer,
+        },
+    )
+
+
+def write_segment_models(
+    conn: sa.Connection,
+    backend: Backend,
+    run_id: int,
+    iteration: int,
+    starts: dict[int, tuple[bytes, bytes | None]],
+) -> None:
+    """Each key's model and optimizer state to start the next iteration from."""
     s = backend.qschema
-    with engine.begin() as conn:
-        conn.execute(
-            sa.text(
-                f"INSERT INTO {s}.run_iterations (run_id, iteration, metrics, weights) "
-                "VALUES (:r, :i, :m, :w)"
-            ),
-            {"r": run_id, "i": row["iteration"], "m": json.dumps(row), "w": weights},
-        )
-        if segment_models is not None:
-            conn.execute(
-                sa.text(f"DELETE FROM {s}.segment_models WHERE run_id = :r"), {"r": run_id}
-            )
-            conn.execute(
-                sa.text(
-                    f"INSERT INTO {s}.segment_models (run_id, __dist_key__, iteration, weights) "
-                    "VALUES (:r, :k, :i, :w)"
-                ),
-                [
-                    {"r": run_id, "k": key, "i": row["iteration"], "w": w}
-                    for key, w in segment_models.items()
-                ],
-            )
+    conn.execute(sa.text(f"DELETE FROM {s}.segment_models WHERE run_id = :r"), {"r": run_id})
+    conn.execute(
+        sa.text(
+            f"INSERT INTO {s}.segment_models (run_id, __dist_key__, iteration, weights, optimizer) "
+            "VALUES (:r, :k, :i, :w, :o)"
+        ),
+        [{"r": run_id, "k": key, "i": iteration, "w": w, "o": o} for key, (w, o) in starts.items()],
+    )
 
 
 def load_run(engine: sa.Engine, backend: Backend, run_id: int) -> StoredRun:
@@ -127,26 +143,33 @@ def load_run(engine: sa.Engine, backend: Backend, run_id: int) -> StoredRun:
             ),
             {"r": run_id},
         ).all()
-        weights = None
+        last = None
         if rows:
-            weights = conn.execute(
+            last = conn.execute(
                 sa.text(
-                    f"SELECT weights FROM {s}.run_iterations WHERE run_id = :r AND iteration = :i"
+                    f"SELECT weights, rule_state, optimizer FROM {s}.run_iterations "
+                    "WHERE run_id = :r AND iteration = :i"
                 ),
                 {"r": run_id, "i": rows[-1].iteration},
-            ).scalar()
-        segment_state = dict(
-            conn.execute(
-                sa.text(f"SELECT __dist_key__, weights FROM {s}.segment_models WHERE run_id = :r"),
-                {"r": run_id},
-            ).all()
-        )
+            ).first()
+        segment_models = conn.execute(
+            sa.text(
+                f"SELECT __dist_key__, weights, optimizer FROM {s}.segment_models WHERE run_id = :r"
+            ),
+            {"r": run_id},
+        ).all()
     return StoredRun(
         run_id=run_id,
         table=run.table_name,
         params=json.loads(run.params),
         model_json=run.model_json,
         iterations=[json.loads(r.metrics) for r in rows],
-        weights=None if weights is None else bytes(weights),
-        segment_state={k: bytes(v) for k, v in segment_state.items()},
+        weights=_bytes(last.weights) if last else None,
+        rule_state=_bytes(last.rule_state) if last else None,
+        optimizer=_bytes(last.optimizer) if last else None,
+        segment_models={k: (bytes(w), _bytes(o)) for k, w, o in segment_models},
     )
+
+
+def _bytes(value) -> bytes | None:
+    return None if value is None else bytes(value)

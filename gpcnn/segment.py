@@ -11,7 +11,7 @@ The training aggregate, MADlib-style (DESIGN.md, The aggregate):
   loss and metrics. On the segment's last buffer (its image count reaches ``expected``) it puts
   ``n * w`` for ALL weights into the state; earlier rows carry only counts and sums.
 - ``merge`` adds two states: counts, loss/metric sums and weight sums. Exact int counts, float64 sums.
-- ``final`` divides: the image-weighted mean weights, loss and metrics.
+- ``final`` divides: the image-weighted mean weights, loss and metrics (``merge.finish``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from . import merge as rules
 from . import weights as wire
 
 STATE_MAGIC = b"GPCS"
@@ -204,15 +205,22 @@ def train_transition(
     model_json: str,
     options_json: str,
     weights: bytes,
+    optimizer: bytes | None,
     expected: int,
 ) -> bytes:
-    """Train on one buffer; see the module docstring for the protocol."""
+    """Train on one buffer; see the module docstring for the protocol. With an optimizer-state
+    policy other than "reset", ``optimizer`` (if not NULL) is the optimizer state to start from,
+    and the optimizer's variables follow the weights in the state vector."""
     options = json.loads(options_json)
     model = build_model(model_json, options)
+    keep_optimizer = options.get("optimizer_state", "reset") != "reset"
     if state is None:
         count, sums = 0, {}
         wire.set_model_weights(model, weights)
-        reset_optimizer(model)
+        if keep_optimizer and optimizer is not None:
+            wire.set_optimizer_vector(model, wire.from_bytes(optimizer))
+        else:
+            reset_optimizer(model)
         seed_everything(model, options.get("seed"), options.get("iteration", 0), key)
     else:
         count, sums, _ = decode_state(state)
@@ -228,7 +236,10 @@ def train_transition(
         raise SegmentError(f"segment {key} saw {count} images, more than the {expected} expected")
     weight_sum = None
     if count == expected:
-        weight_sum = wire.flatten(model.get_weights()).astype(np.float64) * count
+        vector = wire.flatten(model.get_weights())
+        if keep_optimizer:
+            vector = np.concatenate([vector, wire.optimizer_vector(model)])
+        weight_sum = rules.accumulate(vector, count)
     return encode_state(count, sums, weight_sum)
 
 
@@ -295,5 +306,5 @@ def final(state: bytes | None) -> bytes:
         raise SegmentError("no images reached the aggregate: the table or slice is empty")
     header = {"images": count, **{k: v / count for k, v in sums.items()}}
     header["has_weights"] = weight_sum is not None
-    payload = b"" if weight_sum is None else wire.to_bytes(weight_sum / count)
+    payload = b"" if weight_sum is None else wire.to_bytes(rules.finish(weight_sum, count))
     return _pack(RESULT_MAGIC, header, payload)

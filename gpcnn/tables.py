@@ -205,13 +205,18 @@ class _CopyStream(io.RawIOBase):
         self._pending = memoryview(b"")
         self._whole: bytes | None = None
         self._progress = progress
+        self.error: BaseException | None = None  # what broke the stream (the driver hides it)
 
     def readable(self) -> bool:
         return True
 
     def read(self, size: int = -1) -> bytes:
         while not self._pending:
-            chunk = next(self._chunks, None)
+            try:
+                chunk = next(self._chunks, None)
+            except BaseException as e:
+                self.error = e
+                raise
             if chunk is None:
                 return b""
             self._whole, self._pending = chunk, memoryview(chunk)
@@ -371,6 +376,9 @@ def load_images(
         keys = backend.choose_keys(conn, k)
         buffers = plan_buffers(len(x), keys, size)
         staging = name.with_suffix(STAGING_SUFFIX)
+        # A load's staging table dies with its transaction; one left by anything else (a tool
+        # that committed it, an older gpcnn) is removed here, under the lock, by the next load.
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {staging.sql(backend)}")
         for statement in backend.image_table_ddl(staging, keys):
             conn.exec_driver_sql(statement)
         _copy_buffers(conn, backend, staging, buffers, x, y, order, progress, str(name))
@@ -419,14 +427,24 @@ def _copy_buffers(conn, backend, table, buffers, x, y, order, progress, label) -
         bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", leave=False)
     stream = _CopyStream(_copy_chunks(buffers, x, y, order), bar)
     columns = "__dist_key__, buffer_id, n, x, y"
-    with conn.connection.driver_connection.cursor() as cursor:
-        cursor.copy_expert(
-            f"COPY {table.sql(backend)} ({columns}) FROM STDIN WITH (FORMAT binary)",
-            stream,
-            size=1 << 20,
-        )
-    if bar is not None:
-        bar.close()
+    try:
+        with conn.connection.driver_connection.cursor() as cursor:
+            cursor.copy_expert(
+                f"COPY {table.sql(backend)} ({columns}) FROM STDIN WITH (FORMAT binary)",
+                stream,
+                size=1 << 20,
+            )
+    except Exception as e:
+        if conn.connection.driver_connection.closed:
+            # the server is gone: tell SQLAlchemy, so that its rollback does not replace this
+            # error with "connection already closed" (the server has rolled back anyway)
+            conn.invalidate(e)
+        if stream.error is not None:  # the COPY was cancelled because producing a row failed
+            raise stream.error from e
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def read_images(engine: sa.Engine, table, schema: str = "gpcnn") -> tuple[np.ndarray, np.ndarray]:

@@ -92,3 +92,20 @@ def set_model_weights(model: Any, data: bytes | memoryview | np.ndarray) -> None
     """Load flat weights (bytes or vector) into a Keras model."""
     flat = data if isinstance(data, np.ndarray) else from_bytes(data)
     model.set_weights(unflatten(flat, manifest(model)))
+
+
+def optimizer_vector(model: Any) -> np.ndarray:
+    """The optimizer's variables (step counter, slots such as momentum) as one float32 vector."""
+    return flatten([np.asarray(v.numpy(), dtype=np.float32) for v in model.optimizer.variables])
+
+
+def set_optimizer_vector(model: Any, flat: np.ndarray) -> None:
+    variables = model.optimizer.variables
+    expected = sum(int(np.prod(v.shape, dtype=np.int64)) for v in variables)
+    if flat.size != expected:
+        raise WeightsError(f"{flat.size} optimizer values for an optimizer of {expected}")
+    start = 0
+    for var in variables:
+        n = int(np.prod(var.shape, dtype=np.int64))
+        var.assign(np.asarray(flat[start : start + n]).reshape(var.shape).astype(var.dtype))
+        start += n

@@ -85,21 +85,30 @@ class Backend:
         """TensorFlow threads per segment process when the user sets none."""
         raise NotImplementedError
 
-    def training_sql(self, table_sql: str, outer: str | None) -> str:
+    def training_sql(self, table_sql: str, outer: str | None, per_segment: bool = False) -> str:
         """Shape (b) of DESIGN.md: each key's buffers of the slice, in a fixed order, through the
         ``train`` aggregate; ``outer`` = "merge" adds and finalises the K states, "final" finalises
-        each key's state, None returns the raw states."""
+        each key's state, None returns the raw states. With ``per_segment``, each key starts from
+        its own model and optimizer state in ``segment_models`` (joined by key: on Greenplum both
+        tables are distributed by it, so no motion), else from the ``weights`` parameter."""
         s = self.qschema
+        start, join = "%(weights)s, %(optimizer)s", ""
+        if per_segment:
+            start = "m.weights, m.optimizer"
+            join = (
+                f"JOIN {s}.segment_models m ON m.run_id = %(run_id)s "
+                "AND m.__dist_key__ = t.__dist_key__ "
+            )
         inner = (
             f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, t.x, t.y, t.n, %(model)s, "
-            "%(options)s, %(weights)s, p.expected ORDER BY e.epoch, t.buffer_id) AS state "
-            f"FROM {table_sql} t "
+            f"%(options)s, {start}, p.expected ORDER BY e.epoch, t.buffer_id) AS state "
+            f"FROM {table_sql} t {join}"
             "JOIN unnest(%(keys)s::integer[], %(first)s::integer[], %(stop)s::integer[], "
             "%(expected)s::bigint[]) AS p(key, first_buffer, stop_buffer, expected) "
             "ON t.__dist_key__ = p.key AND t.buffer_id >= p.first_buffer "
             "AND t.buffer_id < p.stop_buffer "
             "CROSS JOIN generate_series(1, %(epochs)s) AS e(epoch) "
-            "WHERE t.__dist_key__ = ANY(%(keys)s::integer[]) "
+            "WHERE t.__dist_key__ = ANY(%(group)s::integer[]) "
             "GROUP BY t.__dist_key__"
         )
         return self._outer(inner, outer)
@@ -109,14 +118,14 @@ class Backend:
         inner = (
             f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.x, t.y, t.n, %(model)s, %(options)s, "
             f"%(weights)s) AS state FROM {table_sql} t "
-            "WHERE t.__dist_key__ = ANY(%(keys)s::integer[]) GROUP BY t.__dist_key__"
+            "WHERE t.__dist_key__ = ANY(%(group)s::integer[]) GROUP BY t.__dist_key__"
         )
         return self._outer(inner, outer)
 
     def prediction_sql(self, table_sql: str) -> str:
         return (
             f"SELECT t.buffer_id, {self.qschema}.predict(t.x, t.n, %(model)s, %(options)s, "
-            f"%(weights)s) FROM {table_sql} t WHERE t.__dist_key__ = ANY(%(keys)s::integer[])"
+            f"%(weights)s) FROM {table_sql} t WHERE t.__dist_key__ = ANY(%(group)s::integer[])"
         )
 
     def merge_sql(self) -> str:
@@ -131,25 +140,38 @@ class Backend:
 
     def _per_group(self, sessions: SegmentSessions, sql: str, params: dict, keys) -> list[tuple]:
         groups = self.session_groups(keys, len(sessions))
-        rows = sessions.map(sql, [{**params, "keys": group} for group in groups])
+        rows = sessions.map(sql, [{**params, "group": group} for group in groups])
         return [row for group_rows in rows for row in group_rows]
 
     def run_aggregate(
-        self, sessions: SegmentSessions, kind: str, table_sql: str, params: dict, keys, merged: bool
+        self,
+        sessions: SegmentSessions,
+        kind: str,
+        table_sql: str,
+        params: dict,
+        keys,
+        merged: bool,
+        per_segment: bool = False,
     ) -> bytes | dict[int, bytes]:
         """One iteration's training (``kind="train"``) or an evaluation (``"evaluate"``): the merged
         final value, or each key's final value when ``merged`` is False."""
-        build = self.training_sql if kind == "train" else self.evaluation_sql
+        if kind == "train":
+
+            def build(outer):
+                return self.training_sql(table_sql, outer, per_segment)
+        else:
+
+            def build(outer):
+                return self.evaluation_sql(table_sql, outer)
+
         groups = self.session_groups(keys, len(sessions))
         if len(groups) == 1:  # one statement does it all (Greenplum, or a single segment)
             rows = sessions.one(
-                build(table_sql, "merge" if merged else "final"), {**params, "keys": groups[0]}
+                build("merge" if merged else "final"), {**params, "group": groups[0]}
             )
             return bytes(rows[0][0]) if merged else {k: bytes(v) for k, v in rows}
         if not merged:
-            rows = self._per_group(sessions, build(table_sql, "final"), params, keys)
+            rows = self._per_group(sessions, build("final"), params, keys)
             return {k: bytes(v) for k, v in rows}
-        states = [
-            state for _, state in self._per_group(sessions, build(table_sql, None), params, keys)
-        ]
+        states = [state for _, state in self._per_group(sessions, build(None), params, keys)]
         return bytes(sessions.one(self.merge_sql(), {"states": states})[0][0])

@@ -1,0 +1,309 @@
+"""One fit's iterations: what each segment starts from, the aggregate query, the merge rule.
+
+Per iteration: the rule says what every segment starts from (one model for all, or each its own,
+then written to ``segment_models`` and joined by key in the query); the ``train`` aggregate runs on
+every segment over this iteration's slice of its buffers; the result is either the in-database
+weighted average (rules that need only it) or each segment's model; the rule makes the next model;
+the row and what a resume needs are stored in one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import sqlalchemy as sa
+
+from . import merge, runs, segment
+from . import weights as wire
+from .engines import Backend
+from .engines.sessions import SegmentSessions
+from .tables import ImageTable
+
+
+class TrainingError(RuntimeError):
+    """An iteration failed; the message says why and what to do."""
+
+
+def server_message(error: Exception, what: str) -> str:
+    text = str(getattr(error, "orig", error)).strip()
+    first = text.splitlines()[0] if text else repr(error)
+    hint = ""
+    if "No module named" in text or "plpython3u" in text:
+        hint = " (run gpcnn.check_environment(engine) / `gpcnn doctor`)"
+    return f"{what} failed in the database: {first}{hint}"
+
+
+def _database_call(what: str, call, *args, **kwargs):
+    try:
+        return call(*args, **kwargs)
+    except sa.exc.DBAPIError as e:
+        raise TrainingError(server_message(e, what)) from None
+    except Exception as e:
+        if type(e).__module__.startswith("psycopg2"):
+            raise TrainingError(server_message(e, what)) from None
+        raise
+
+
+@dataclass(frozen=True)
+class Slice:
+    """The buffers of every key that one iteration trains on (× local epochs)."""
+
+    first: list[int]
+    stop: list[int]
+    expected: list[int]
+
+
+def plan_slices(
+    engine: sa.Engine, backend: Backend, info: ImageTable, merges_per_epoch: int, epochs: int
+) -> list[Slice]:
+    """Cut each key's buffers, in order, into ``merges_per_epoch`` consecutive groups."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                f"SELECT __dist_key__, buffer_id, n FROM {info.table.sql(backend)} "
+                "ORDER BY __dist_key__, buffer_id"
+            )
+        ).all()
+    buffers = {k: [] for k in info.keys}
+    for key, buffer_id, n in rows:
+        buffers[key].append((buffer_id, n))
+    fewest = min(len(b) for b in buffers.values())
+    if fewest < merges_per_epoch:
+        raise ValueError(
+            f"merges_per_epoch={merges_per_epoch}, but a segment of {info.table} has only {fewest} "
+            "buffers: reload the table with a smaller buffer_size"
+        )
+    groups = {k: np.array_split(np.arange(len(b)), merges_per_epoch) for k, b in buffers.items()}
+    slices = []
+    for j in range(merges_per_epoch):
+        first, stop, expected = [], [], []
+        for key in info.keys:
+            part = [buffers[key][i] for i in groups[key][j]]
+            first.append(part[0][0])
+            stop.append(part[-1][0] + 1)
+            expected.append(sum(n for _, n in part) * epochs)
+        slices.append(Slice(first, stop, expected))
+    return slices
+
+
+def evaluate_table(
+    backend: Backend,
+    sessions: SegmentSessions,
+    info: ImageTable,
+    model_json: str,
+    options: dict,
+    weights: bytes,
+) -> dict:
+    """Image-weighted loss and metrics of ``weights`` over a whole table, in the database."""
+    params = {
+        "model": model_json,
+        "options": json.dumps({**options, "image_shape": list(info.image_shape)}),
+        "weights": weights,
+    }
+    result = _database_call(
+        "evaluation",
+        backend.run_aggregate,
+        sessions,
+        "evaluate",
+        info.table.sql(backend),
+        params,
+        info.keys,
+        True,
+    )
+    metrics, _ = segment.decode_result(result)
+    return {k: float(v) for k, v in metrics.items()}
+
+
+class Training:
+    """The state of one fit between iterations."""
+
+    def __init__(
+        self,
+        *,
+        engine: sa.Engine,
+        backend: Backend,
+        sessions: SegmentSessions,
+        info: ImageTable,
+        run_id: int,
+        model_json: str,
+        options: dict,
+        manifest: list[dict],
+        rule: merge.MergeRule,
+        slices: Sequence[Slice],
+        local_epochs: int,
+        evaluate,  # weights bytes -> {"loss": ..., metric: ...} or None
+    ) -> None:
+        self.engine, self.backend, self.sessions, self.info = engine, backend, sessions, info
+        self.run_id, self.model_json, self.options = run_id, model_json, options
+        self.rule, self.slices, self.local_epochs = rule, slices, local_epochs
+        self.evaluate = evaluate
+        self.weight_count = sum(wire.sizes(manifest))
+        self.policy = options.get("optimizer_state", "reset")
+        # Each segment needs its own start when the rule keeps per-segment models or each
+        # segment keeps its optimizer state ("local").
+        self.per_segment = rule.per_segment or self.policy == "local"
+        self.shared_optimizer: np.ndarray | None = None
+        self.segment_optimizers: dict[int, np.ndarray | None] = {k: None for k in info.keys}
+
+    # -- start / resume ---------------------------------------------------------------------
+
+    def start(self, weights: np.ndarray) -> None:
+        self.rule.start(weights, self.info.keys)
+        if self.per_segment:
+            with self.engine.begin() as conn:
+                runs.write_segment_models(
+                    conn, self.backend, self.run_id, 0, self._segment_starts()
+                )
+
+    def restore(self, stored: runs.StoredRun) -> None:
+        segments = {k: wire.from_bytes(w) for k, (w, _) in stored.segment_models.items()}
+        state = None if stored.rule_state is None else wire.from_bytes(stored.rule_state)
+        self.rule.restore(wire.from_bytes(stored.weights), state, segments)
+        if stored.optimizer is not None:
+            self.shared_optimizer = wire.from_bytes(stored.optimizer)
+        self.segment_optimizers.update(
+            {
+                k: None if o is None else wire.from_bytes(o)
+                for k, (_, o) in stored.segment_models.items()
+            }
+        )
+
+    def _segment_starts(self) -> dict[int, tuple[bytes, bytes | None]]:
+        sent = self.rule.sent(self.info.keys)
+        starts = {}
+        for key in self.info.keys:
+            weights = sent[key] if isinstance(sent, dict) else sent
+            optimizer = self.segment_optimizers.get(key)
+            starts[key] = (
+                wire.to_bytes(weights),
+                None if optimizer is None else wire.to_bytes(optimizer),
+            )
+        return starts
+
+    # -- one iteration ----------------------------------------------------------------------
+
+    def step(self, iteration: int) -> dict:
+        """Train, merge, evaluate and store iteration ``iteration``; return its history row."""
+        started = time.perf_counter()
+        part = self.slices[(iteration - 1) % len(self.slices)]
+        params = {
+            "model": self.model_json,
+            "options": json.dumps({**self.options, "iteration": iteration}),
+            "epochs": self.local_epochs,
+            "keys": list(self.info.keys),
+            "first": part.first,
+            "stop": part.stop,
+            "expected": part.expected,
+            "run_id": self.run_id,
+            "weights": None,
+            "optimizer": None,
+        }
+        if not self.per_segment:
+            params["weights"] = wire.to_bytes(self.rule.sent(self.info.keys))
+            if self.shared_optimizer is not None:
+                params["optimizer"] = wire.to_bytes(self.shared_optimizer)
+        merged_in_db = not (self.rule.per_segment or self.policy == "local")
+        result = _database_call(
+            "training",
+            self.backend.run_aggregate,
+            self.sessions,
+            "train",
+            self.info.table.sql(self.backend),
+            params,
+            self.info.keys,
+            merged_in_db,
+            self.per_segment,
+        )
+        db_seconds = time.perf_counter() - started
+        metrics, average, segments = self._decode(result, merged_in_db)
+        if metrics["images"] != sum(part.expected):
+            raise TrainingError(
+                f"iteration {iteration}: the segments trained on {metrics['images']} images, "
+                f"expected {sum(part.expected)} (was {self.info.table} changed since loading?)"
+            )
+        if not np.isfinite(average).all():
+            raise TrainingError(
+                f"iteration {iteration} produced non-finite weights (diverged): lower the "
+                f"learning rate; run {self.run_id} keeps iteration {iteration - 1}"
+            )
+        self.rule.update(average, segments, dict(zip(self.info.keys, part.expected, strict=True)))
+        model = self.rule.model()
+        row = {
+            "iteration": iteration,
+            "epoch": iteration * self.local_epochs / len(self.slices),
+            "images": int(metrics.pop("images")),
+            **{k: float(v) for k, v in metrics.items()},
+            **self._validation(model, segments),
+            "db_seconds": db_seconds,
+        }
+        row["seconds"] = time.perf_counter() - started
+        self._store(row, model)
+        return row
+
+    def _decode(self, result, merged_in_db: bool):
+        """(train metrics, averaged weights, each segment's weights or None); optimizer parts of
+        the vectors go to the optimizer-state policy."""
+        if merged_in_db:
+            metrics, vector = segment.decode_result(result)
+            average, optimizer = vector[: self.weight_count], vector[self.weight_count :]
+            if self.policy == "average":
+                self.shared_optimizer = optimizer.copy()
+            return metrics, average, None
+        decoded = {k: segment.decode_result(v) for k, v in result.items()}
+        counts = [m["images"] for m, _ in decoded.values()]
+        metrics = {
+            name: sum(m[name] * m["images"] for m, _ in decoded.values()) / sum(counts)
+            for name in next(iter(decoded.values()))[0]
+        }
+        metrics["images"] = sum(counts)
+        segments = {k: v[: self.weight_count] for k, (_, v) in decoded.items()}
+        average = merge.weighted_average(list(segments.values()), counts)
+        if self.policy == "local":
+            self.segment_optimizers = {
+                k: v[self.weight_count :].copy() for k, (_, v) in decoded.items()
+            }
+        elif self.policy == "average":
+            self.shared_optimizer = merge.weighted_average(
+                [v[self.weight_count :] for _, v in decoded.values()], counts
+            )
+        return metrics, average, segments
+
+    def _validation(self, model: np.ndarray, segments: dict | None) -> dict:
+        values = self.evaluate(wire.to_bytes(model))
+        if values is None:
+            return {}
+        row = {f"val_{k}": v for k, v in values.items() if k != "images"}
+        if isinstance(self.rule, merge.NoMerge):
+            # K workers that never merge: their own curves, their mean, and the one-shot average.
+            per_key = {k: self.evaluate(wire.to_bytes(w)) for k, w in segments.items()}
+            row = {f"{name}_average": v for name, v in row.items()}
+            for name in values:
+                if name == "images":
+                    continue
+                for key, v in per_key.items():
+                    row[f"val_{name}_segment_{key}"] = v[name]
+                row[f"val_{name}"] = float(np.mean([v[name] for v in per_key.values()]))
+        return row
+
+    def _store(self, row: dict, model: np.ndarray) -> None:
+        state = self.rule.state()
+        with self.engine.begin() as conn:
+            runs.write_iteration(
+                conn,
+                self.backend,
+                self.run_id,
+                row,
+                wire.to_bytes(model),
+                rule_state=None if state is None else wire.to_bytes(state),
+                optimizer=None
+                if self.shared_optimizer is None
+                else wire.to_bytes(self.shared_optimizer),
+            )
+            if self.per_segment:
+                runs.write_segment_models(
+                    conn, self.backend, self.run_id, row["iteration"], self._segment_starts()
+                )
