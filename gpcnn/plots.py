@@ -1,0 +1,98 @@
+"""Figures of a convergence study: loss and accuracy against iterations and against epochs.
+
+``figures(rows)`` builds them from history rows (as in ``history.csv``), so the data behind every
+line can be checked against the CSV; ``write_figures`` saves them as PNG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+PANELS = (
+    ("loss", "training loss"),
+    ("val_loss", "validation loss"),
+    ("val_accuracy", "validation accuracy"),
+)
+
+
+def _runs(rows: Sequence[dict]) -> dict[str, list[dict]]:
+    runs: dict[str, list[dict]] = {}
+    for row in rows:
+        runs.setdefault(row["run"], []).append(row)
+    for history in runs.values():
+        history.sort(key=lambda r: r["iteration"])
+    return runs
+
+
+def _groups(runs: dict[str, list[dict]]) -> dict[str, list[str]]:
+    """Figure name -> the runs it compares (the issue's figures a–d), per dataset."""
+    meta = {name: history[0] for name, history in runs.items()}
+    groups: dict[str, list[str]] = {}
+    for dataset in sorted({m["dataset"] for m in meta.values()}):
+        mine = {n: m for n, m in meta.items() if m["dataset"] == dataset}
+        m1 = min(m["merges_per_epoch"] for m in mine.values())
+        at_m1 = {n: m for n, m in mine.items() if m["merges_per_epoch"] == m1}
+        ks = sorted({int(m["segments"]) for m in at_m1.values() if m["merge"] != "single"})
+        single = [n for n, m in at_m1.items() if m["merge"] == "single"]
+        for k in ks:
+            groups[f"{dataset}_merge_vs_nomerge_k{k}"] = single + [
+                n
+                for n, m in at_m1.items()
+                if m["segments"] == k and m["merge"] in ("none", "average")
+            ]
+        if ks:
+            k = min(ks, key=lambda v: abs(v - 4))
+            groups[f"{dataset}_rules_k{k}"] = single + [
+                n for n, m in at_m1.items() if m["segments"] == k and m["merge"] != "single"
+            ]
+            k_most = k
+        groups[f"{dataset}_average_by_k"] = single + sorted(
+            (n for n, m in at_m1.items() if m["merge"] == "average"),
+            key=lambda n: at_m1[n]["segments"],
+        )
+        if len({m["merges_per_epoch"] for m in mine.values()}) > 1 and ks:
+            groups[f"{dataset}_merges_per_epoch"] = sorted(
+                (n for n, m in mine.items() if m["merge"] == "average" and m["segments"] == k_most),
+                key=lambda n: mine[n]["merges_per_epoch"],
+            )
+    return {name: members for name, members in groups.items() if members}
+
+
+def figures(rows: Sequence[dict]) -> dict[str, plt.Figure]:
+    """Every figure, against iterations (``name``) and against epochs (``name_epochs``)."""
+    runs = _runs(rows)
+    out = {}
+    for name, members in _groups(runs).items():
+        for x, suffix in (("iteration", ""), ("epoch", "_epochs")):
+            fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 4.2))
+            for ax, (metric, title) in zip(axes, PANELS, strict=True):
+                for run in members:
+                    points = [(r[x], r[metric]) for r in runs[run] if r.get(metric) is not None]
+                    if points:
+                        xs, ys = zip(*points, strict=True)
+                        ax.plot(xs, ys, marker="o", markersize=3, label=run)
+                ax.set_title(title)
+                ax.set_xlabel("epochs of data seen" if x == "epoch" else "iteration (merges)")
+                ax.grid(alpha=0.3)
+            axes[-1].legend(fontsize=7)
+            fig.suptitle(name.replace("_", " "))
+            fig.tight_layout()
+            out[name + suffix] = fig
+    return out
+
+
+def write_figures(rows: Sequence[dict], out: str | Path) -> list[Path]:
+    """Save every figure as ``out/<name>.png``; returns the paths."""
+    paths = []
+    for name, fig in figures(rows).items():
+        path = Path(out) / f"{name}.png"
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        paths.append(path)
+    return paths
