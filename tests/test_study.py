@@ -1,0 +1,126 @@
+"""`gpcnn converge` end to end on tiny real data: CSV, report, and figures whose data match the CSV."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from gpcnn import cli, experiments, plots
+
+
+@pytest.fixture(scope="module")
+def study(engine, schema, tmp_path_factory):
+    out = tmp_path_factory.mktemp("study")
+    url = engine.url.render_as_string(hide_password=False)
+    argv = [
+        "converge",
+        "--dataset",
+        "mnist-sample",
+        "--segments",
+        "2",
+        "--merge",
+        "average,none",
+        "--iterations",
+        "2",
+        "--out",
+        str(out),
+        "--database",
+        url,
+        "--schema",
+        schema,
+    ]
+    assert cli.main(argv) == 0
+    return out, argv
+
+
+def test_history_csv_has_a_row_per_run_and_iteration(study):
+    out, _ = study
+    rows = experiments.read_csv(out / "history.csv")
+    assert sorted({r["run"] for r in rows}) == [
+        "mnist-sample-average-k2-m1",
+        "mnist-sample-none-k2-m1",
+    ]
+    assert len(rows) == 4
+    for row in rows:
+        assert (
+            row["segments"] == 2 and row["iteration"] in (1, 2) and row["epoch"] == row["iteration"]
+        )
+        assert 0 <= row["val_accuracy"] <= 1 and row["val_loss"] > 0 and row["images"] == 4000
+    none = [r for r in rows if r["merge"] == "none"]
+    for row in none:  # K workers that never merge: mean of their own curves, and each one
+        per_segment = [v for k, v in row.items() if k.startswith("val_loss_segment_")]
+        assert len(per_segment) == 2
+        assert row["val_loss"] == pytest.approx(np.mean(per_segment))
+        assert row["val_loss_average"] is not None
+
+
+def test_report_tables_hold_the_csv_numbers(study):
+    out, _ = study
+    rows = experiments.read_csv(out / "history.csv")
+    text = (out / "report.md").read_text()
+    for row in rows:
+        if row["iteration"] == 1:
+            line = next(ln for ln in text.splitlines() if ln.startswith(f"| {row['run']} |"))
+            assert f"{row['val_accuracy']:.4f}" in line
+
+
+def test_figures_plot_the_csv_series(study):
+    out, _ = study
+    rows = experiments.read_csv(out / "history.csv")
+    figures = plots.figures(rows)
+    assert set(figures) >= {
+        "mnist-sample_merge_vs_nomerge_k2",
+        "mnist-sample_rules_k2",
+        "mnist-sample_merge_vs_nomerge_k2_epochs",
+    }
+    for name in figures:
+        assert (out / f"{name}.png").stat().st_size > 10_000
+    by_run = {}
+    for row in rows:
+        by_run.setdefault(row["run"], []).append(row)
+    fig = figures["mnist-sample_merge_vs_nomerge_k2"]
+    for ax, (metric, _) in zip(fig.axes, plots.PANELS, strict=True):
+        lines = {line.get_label(): line for line in ax.get_lines()}
+        assert set(lines) == set(by_run)
+        for run, line in lines.items():
+            history = sorted(by_run[run], key=lambda r: r["iteration"])
+            np.testing.assert_allclose(line.get_xdata(), [r["iteration"] for r in history])
+            np.testing.assert_allclose(line.get_ydata(), [r[metric] for r in history])
+
+
+def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, engine, schema):
+    out, argv = study
+    count = f"SELECT count(*) FROM {schema}.runs WHERE table_name LIKE 'gpcnn_study.%%'"
+    with engine.connect() as conn:
+        before = conn.execute(sa.text(count)).scalar()
+    assert cli.main(argv) == 0  # everything finished: nothing runs again
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(count)).scalar() == before
+    # Interrupt the `average` run after its first iteration: drop its result file and its
+    # last stored iteration; the study must resume that run, not start a new one.
+    result = out / "runs" / "mnist-sample-average-k2-m1.json"
+    first = json.loads(result.read_text())["history"]
+    result.unlink()
+    with engine.begin() as conn:
+        run_id = conn.execute(
+            sa.text(
+                f'SELECT max(run_id) FROM {schema}.runs WHERE params LIKE \'%"merge": "average"%\''
+            )
+        ).scalar()
+        conn.execute(
+            sa.text(f"DELETE FROM {schema}.run_iterations WHERE run_id = :r AND iteration = 2"),
+            {"r": run_id},
+        )
+    assert cli.main(argv) == 0
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(count)).scalar() == before
+    again = json.loads(result.read_text())["history"]
+    assert [r["val_loss"] for r in again] == pytest.approx([r["val_loss"] for r in first])
+
+
+def test_unknown_rule_is_refused_before_any_work():
+    with pytest.raises(ValueError, match="unknown rules"):
+        experiments.plan("mnist-sample", [2], ["average", "median"], [1], 2)
