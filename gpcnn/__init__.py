@@ -4,13 +4,16 @@ __version__ = "0.1.0"
 
 from .engines import connect
 from .environment import check_environment
+from .estimator import GreenplumCNN, TrainingError
 from .install import install
 from .tables import ImageTable, TableError, load_images, read_images
 from .tables import describe as describe_table
 
 __all__ = [
+    "GreenplumCNN",
     "ImageTable",
     "TableError",
+    "TrainingError",
     "__version__",
     "check_environment",
     "connect",

@@ -75,14 +75,15 @@ def plan(
     epochs: int,
     **common,
 ) -> list[RunSpec]:
-    """Every combination, ``single`` once per merge frequency (it has one worker)."""
+    """Every combination: ``single`` once per merge frequency (it has one worker), the other rules
+    for each K > 1 (with one segment they all are ``single``)."""
     unknown = set(rules) - set(RULES)
     if unknown:
         raise ValueError(f"unknown rules {sorted(unknown)}: choose from {', '.join(RULES)}")
     specs = []
     for m in merges_per_epoch:
         for rule in rules:
-            for k in [1] if rule == "single" else segments:
+            for k in [1] if rule == "single" else [k for k in segments if k > 1]:
                 specs.append(RunSpec(dataset, rule, k, m, epochs * m, **common))
     return list(dict.fromkeys(specs))
 
@@ -238,7 +239,8 @@ def run_study(
     schema: str = "gpcnn",
     progress: bool = True,
 ) -> list[dict]:
-    """Run (or reuse) every spec, then write history.csv, the figures and report.md."""
+    """Run (or reuse) every spec, then write history.csv, the figures and report.md over all the
+    finished runs in ``out``."""
     from tqdm.auto import tqdm
 
     from . import plots
@@ -248,18 +250,35 @@ def run_study(
     if syncs:
         configure_logical_cpus(max(syncs))
     cache: dict = {}
-    rows = []
     bar = tqdm(specs, desc="study", unit="run", disable=not progress)
     for spec in bar:
         bar.set_postfix_str(spec.name)
-        history = run_one(
-            engine, spec, out, path=path, schema=schema, data_cache=cache, progress=progress
-        )
-        rows += [{**asdict(spec), "run": spec.name, **row} for row in history]
+        run_one(engine, spec, out, path=path, schema=schema, data_cache=cache, progress=progress)
+    rows = collect(out)
     write_csv(rows, out / "history.csv")
     plots.write_figures(rows, out)
     (out / "report.md").write_text(report(rows))
     return rows
+
+
+def collect(out: str | Path) -> list[dict]:
+    """History rows of every finished run in ``out`` (a study may be run in parts)."""
+    rows = []
+    for path in sorted(Path(out, "runs").glob("*.json")):
+        done = json.loads(path.read_text())
+        spec = RunSpec(**done["spec"])
+        rows += [{**asdict(spec), "run": spec.name, **row} for row in done["history"]]
+    order = {rule: i for i, rule in enumerate(RULES)}
+    return sorted(
+        rows,
+        key=lambda r: (
+            r["dataset"],
+            r["merges_per_epoch"],
+            order[r["merge"]],
+            r["segments"],
+            r["iteration"],
+        ),
+    )
 
 
 # -- outputs ------------------------------------------------------------------------------------
