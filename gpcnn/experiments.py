@@ -111,9 +111,10 @@ def configure_logical_cpus(count: int) -> None:
 
 
 def _tables(engine, spec: RunSpec, path, schema: str, data_cache: dict) -> tuple[str, str]:
-    """The study's image tables for this dataset and K, loaded once and reused."""
-    prefix = spec.dataset.replace("-", "_")
-    train, test = f"gpcnn_study.{prefix}_k{spec.segments}_train", f"gpcnn_study.{prefix}_test"
+    """The study's image tables for this dataset and K (in schema ``<schema>_images``), loaded
+    once and reused."""
+    prefix = f"{schema}_images.{spec.dataset.replace('-', '_')}"
+    train, test = f"{prefix}_k{spec.segments}_train", f"{prefix}_test"
     source = f"{spec.dataset} seed={spec.seed} (study)"
     for table, k, split in ((train, spec.segments, "train"), (test, 2, "test")):
         try:

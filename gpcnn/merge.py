@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -61,9 +62,9 @@ class MergeRule:
     average, and each segment's model for rules that keep them), ``model`` is what is evaluated.
     ``state``/``restore`` carry what a resumed run needs beyond the stored models."""
 
+    per_segment: ClassVar[bool] = False  # needs each segment's model back, not only the average
     trainable: Vector  # bool mask over the flat vector
-    per_segment: bool = False  # needs each segment's model back (not only the average)
-    center: Vector | None = None
+    center: Vector | None = field(default=None, init=False)
 
     def start(self, weights: Vector, keys: Sequence[int]) -> None:
         self.center = np.array(weights, dtype=np.float32)
@@ -95,20 +96,21 @@ class BlockMomentum(MergeRule):
     eta: float = 0.9
     zeta: float = 1.0
     nesterov: bool = True
-    delta: Vector | None = None
-    last_sent: Vector | None = None
+    delta: Vector | None = field(default=None, init=False)
 
     def start(self, weights: Vector, keys: Sequence[int]) -> None:
         super().start(weights, keys)
         self.delta = np.zeros_like(self.center)
 
     def sent(self, keys: Sequence[int]) -> Vector:
-        sent = self.center + self.eta * self.delta if self.nesterov else self.center
-        self.last_sent = np.where(self.trainable, sent, self.center).astype(np.float32)
-        return self.last_sent
+        if not self.nesterov:
+            return self.center
+        return np.where(self.trainable, self.center + self.eta * self.delta, self.center).astype(
+            np.float32
+        )
 
     def update(self, average, segments, counts) -> None:
-        step = np.asarray(average, np.float64) - self.last_sent
+        step = np.asarray(average, np.float64) - self.sent(())  # G = avg - w_sent
         self.delta = (self.eta * self.delta + self.zeta * step).astype(np.float32)
         self.delta[~self.trainable] = 0
         moved = self.center + self.delta
@@ -123,19 +125,32 @@ class BlockMomentum(MergeRule):
 
 
 @dataclass
-class ElasticAveraging(MergeRule):
-    alpha: float = 0.45
-    per_segment: bool = True
-    locals_: dict[int, Vector] = field(default_factory=dict)
+class SegmentModels(MergeRule):
+    """Rules where each segment keeps its own model across iterations."""
+
+    per_segment: ClassVar[bool] = True
+    locals_: dict[int, Vector] = field(default_factory=dict, init=False)
 
     def start(self, weights, keys) -> None:
         super().start(weights, keys)
-        if len(keys) * self.alpha >= 1:
-            raise ValueError(f"easgd needs K*alpha < 1, got {len(keys)} * {self.alpha}")
         self.locals_ = {k: self.center.copy() for k in keys}
 
     def sent(self, keys) -> dict[int, Vector]:
         return self.locals_
+
+    def restore(self, model, state, segments) -> None:
+        super().restore(model, state, segments)
+        self.locals_ = {k: np.array(v, np.float32) for k, v in segments.items()}
+
+
+@dataclass
+class ElasticAveraging(SegmentModels):
+    alpha: float = 0.45
+
+    def start(self, weights, keys) -> None:
+        if len(keys) * self.alpha >= 1:
+            raise ValueError(f"easgd needs K*alpha < 1, got {len(keys)} * {self.alpha}")
+        super().start(weights, keys)
 
     def update(self, average, segments, counts) -> None:
         old_center = self.center.astype(np.float64)
@@ -149,32 +164,13 @@ class ElasticAveraging(MergeRule):
             for k, x in segments.items()
         }
 
-    def restore(self, model, state, segments) -> None:
-        super().restore(model, state, segments)
-        self.locals_ = {k: np.array(v, np.float32) for k, v in segments.items()}
 
-
-@dataclass
-class NoMerge(MergeRule):
+class NoMerge(SegmentModels):
     """K workers that never merge; the evaluated model is their one-shot average."""
-
-    per_segment: bool = True
-    locals_: dict[int, Vector] = field(default_factory=dict)
-
-    def start(self, weights, keys) -> None:
-        super().start(weights, keys)
-        self.locals_ = {k: self.center.copy() for k in keys}
-
-    def sent(self, keys) -> dict[int, Vector]:
-        return self.locals_
 
     def update(self, average, segments, counts) -> None:
         self.locals_ = {k: np.array(v, np.float32) for k, v in segments.items()}
         self.center = np.array(average, np.float32)
-
-    def restore(self, model, state, segments) -> None:
-        super().restore(model, state, segments)
-        self.locals_ = {k: np.array(v, np.float32) for k, v in segments.items()}
 
 
 RULES = {"average": Average, "bmuf": BlockMomentum, "easgd": ElasticAveraging, "none": NoMerge}

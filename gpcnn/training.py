@@ -177,7 +177,11 @@ class Training:
         starts = {}
         for key in self.info.keys:
             weights = sent[key] if isinstance(sent, dict) else sent
-            optimizer = self.segment_optimizers.get(key)
+            optimizer = (
+                self.segment_optimizers.get(key)
+                if self.policy == "local"
+                else self.shared_optimizer
+            )
             starts[key] = (
                 wire.to_bytes(weights),
                 None if optimizer is None else wire.to_bytes(optimizer),

@@ -93,7 +93,7 @@ def test_figures_plot_the_csv_series(study):
 
 def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, engine, schema):
     out, argv = study
-    count = f"SELECT count(*) FROM {schema}.runs WHERE table_name LIKE 'gpcnn_study.%%'"
+    count = f"SELECT count(*) FROM {schema}.runs WHERE table_name LIKE '{schema}_images.%%'"
     with engine.connect() as conn:
         before = conn.execute(sa.text(count)).scalar()
     assert cli.main(argv) == 0  # everything finished: nothing runs again

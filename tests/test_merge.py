@@ -1,0 +1,546 @@
+"""Merge rules (gpcnn.merge) on small hand-computed vectors, and the weights-vs-gradients algebra.
+
+No database here: the rules are plain numpy, and the weights-vs-gradients part trains tiny Keras
+models in this process (one TF thread and oneDNN off, fixed in conftest).
+
+Notation: K = 2 segments with keys 0 and 1 and image counts 1 and 3, 3-element weight vectors.
+Every expected number below is written out by hand; the derivation is in the comment beside it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpcnn import merge, segment
+from gpcnn import weights as wire
+
+keras = segment.keras_module()
+
+KEYS = [0, 1]
+COUNTS = {0: 1, 1: 3}
+ALL = np.array([True, True, True])
+LAST_FROZEN = np.array([True, True, False])  # position 2 is non-trainable (a BN statistic)
+
+
+def f32(*values) -> np.ndarray:
+    return np.array(values, dtype=np.float32)
+
+
+def avg(segments: dict[int, np.ndarray]) -> np.ndarray:
+    """What the database hands the rule: the count-weighted average of the segment models."""
+    return merge.weighted_average([segments[k] for k in KEYS], [COUNTS[k] for k in KEYS])
+
+
+# -- the streamed weighted average ------------------------------------------------------------
+
+
+def test_weighted_average_by_hand():
+    # (1 * [1, 2, 3] + 3 * [5, 6, 7]) / 4 = [16, 20, 24] / 4
+    got = merge.weighted_average([f32(1, 2, 3), f32(5, 6, 7)], [1, 3])
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, f32(4, 5, 6))
+
+
+def test_accumulate_and_finish_stream_the_same_average():
+    s_a = merge.accumulate(f32(1, 2, 3), 1)
+    s_b = merge.accumulate(f32(5, 6, 7), 3)
+    assert s_a.dtype == np.float64
+    np.testing.assert_array_equal(s_b, [15.0, 18.0, 21.0])
+    np.testing.assert_array_equal(merge.finish(s_a + s_b, 4), f32(4, 5, 6))
+    with pytest.raises(ValueError, match="no images"):
+        merge.finish(s_a, 0)
+
+
+def test_counts_are_exact_beyond_float32():
+    # 2**24 + 1 is not a float32; in float64 the weighted average stays exact.
+    big = 2**24 + 1
+    got = merge.weighted_average([f32(0, 0, 0), f32(2, 2, 2)], [big, big])
+    np.testing.assert_array_equal(got, f32(1, 1, 1))
+
+
+# -- average -----------------------------------------------------------------------------------
+
+
+def test_average_rule_by_hand():
+    rule = merge.make_rule("average", ALL, 2)
+    rule.start(f32(0, 0, 0), KEYS)
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(0, 0, 0))
+    segments = {0: f32(1, 2, 3), 1: f32(5, 6, 7)}
+    rule.update(avg(segments), None, COUNTS)
+    np.testing.assert_array_equal(rule.model(), f32(4, 5, 6))
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(4, 5, 6))
+    assert rule.state() is None and not rule.per_segment
+
+
+# -- bmuf --------------------------------------------------------------------------------------
+
+
+def test_bmuf_classic_two_iterations_by_hand():
+    rule = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=2.0, nesterov=False)
+    rule.start(f32(0, 0, 0), KEYS)
+    # iteration 1: sent w0 = 0; average [4, 5, 6]; G = [4, 5, 6]; D = 0.5*0 + 2*G = [8, 10, 12];
+    # w = 0 + D = [8, 10, 12]
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(0, 0, 0))
+    rule.update(avg({0: f32(1, 2, 3), 1: f32(5, 6, 7)}), None, COUNTS)
+    np.testing.assert_array_equal(rule.state(), f32(8, 10, 12))
+    np.testing.assert_array_equal(rule.model(), f32(8, 10, 12))
+    # iteration 2: sent (classic) = w = [8, 10, 12]; average [10, 10, 10]; G = [2, 0, -2];
+    # D = 0.5*[8, 10, 12] + 2*[2, 0, -2] = [8, 5, 2]; w = [16, 15, 14]
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(8, 10, 12))
+    rule.update(f32(10, 10, 10), None, COUNTS)
+    np.testing.assert_array_equal(rule.state(), f32(8, 5, 2))
+    np.testing.assert_array_equal(rule.model(), f32(16, 15, 14))
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(16, 15, 14))
+
+
+def test_bmuf_nesterov_two_iterations_by_hand():
+    rule = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
+    rule.start(f32(0, 0, 0), KEYS)
+    # iteration 1: D0 = 0, so sent = w0 + 0.5*D0 = 0; average [4, 5, 6]; G = [4, 5, 6];
+    # D = [4, 5, 6]; w = [4, 5, 6]
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(0, 0, 0))
+    rule.update(avg({0: f32(1, 2, 3), 1: f32(5, 6, 7)}), None, COUNTS)
+    np.testing.assert_array_equal(rule.state(), f32(4, 5, 6))
+    np.testing.assert_array_equal(rule.model(), f32(4, 5, 6))
+    # iteration 2: sent = w + 0.5*D = [6, 7.5, 9]; average [8, 8, 8]; G = avg - sent =
+    # [2, 0.5, -1]; D = 0.5*[4, 5, 6] + [2, 0.5, -1] = [4, 3, 2]; w = [4, 5, 6] + D = [8, 8, 8]
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(6, 7.5, 9))
+    rule.update(f32(8, 8, 8), None, COUNTS)
+    np.testing.assert_array_equal(rule.state(), f32(4, 3, 2))
+    np.testing.assert_array_equal(rule.model(), f32(8, 8, 8))
+    # next sent = [8, 8, 8] + 0.5*[4, 3, 2] = [10, 9.5, 9]; the evaluated model stays w
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(10, 9.5, 9))
+    np.testing.assert_array_equal(rule.model(), f32(8, 8, 8))
+
+
+def test_bmuf_restore_continues_with_the_stored_momentum():
+    whole = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
+    whole.start(f32(0, 0, 0), KEYS)
+    whole.sent(KEYS)
+    whole.update(f32(4, 5, 6), None, COUNTS)
+    resumed = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
+    resumed.restore(whole.model().copy(), whole.state().copy(), {})
+    for rule in (whole, resumed):
+        np.testing.assert_array_equal(rule.sent(KEYS), f32(6, 7.5, 9))
+        rule.update(f32(8, 8, 8), None, COUNTS)
+    np.testing.assert_array_equal(resumed.model(), whole.model())
+    np.testing.assert_array_equal(resumed.state(), whole.state())
+
+
+def test_bmuf_non_trainable_positions_take_the_plain_average():
+    # Position 2 is a BatchNorm moving variance: start 1.0, the segments measured 0.5 and 0.25,
+    # so the average is (1*0.5 + 3*0.25)/4 = 0.3125. With momentum on it, D = 2*(0.3125 - 1)
+    # = -1.375 and the variance would become 1 - 1.375 = -0.375 (negative).
+    rule = merge.make_rule("bmuf", LAST_FROZEN, 2, eta=0.5, zeta=2.0, nesterov=False)
+    rule.start(f32(0, 0, 1), KEYS)
+    # trainable positions as in the classic example: [8, 10]
+    rule.sent(KEYS)
+    rule.update(avg({0: f32(1, 2, 0.5), 1: f32(5, 6, 0.25)}), None, COUNTS)
+    np.testing.assert_array_equal(rule.model(), f32(8, 10, 0.3125))
+    np.testing.assert_array_equal(rule.state(), f32(8, 10, 0))  # no momentum on it
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(8, 10, 0.3125))
+    rule.update(f32(10, 10, 0.75), None, COUNTS)
+    np.testing.assert_array_equal(rule.model(), f32(16, 15, 0.75))
+    np.testing.assert_array_equal(rule.state(), f32(8, 5, 0))
+
+    unmasked = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=2.0, nesterov=False)
+    unmasked.start(f32(0, 0, 1), KEYS)
+    unmasked.sent(KEYS)
+    unmasked.update(f32(4, 5, 0.3125), None, COUNTS)
+    assert unmasked.model()[2] == pytest.approx(-0.375)  # what the mask prevents
+
+
+def test_bmuf_nesterov_sends_no_lookahead_on_non_trainable_positions():
+    rule = merge.make_rule("bmuf", LAST_FROZEN, 2, eta=0.5, zeta=1.0, nesterov=True)
+    rule.start(f32(0, 0, 1), KEYS)
+    rule.sent(KEYS)
+    rule.update(f32(4, 5, 0.5), None, COUNTS)
+    # trainable: w = D = [4, 5], sent = w + 0.5 D = [6, 7.5]; frozen: the average 0.5, as is
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(6, 7.5, 0.5))
+    rule.update(f32(8, 8, 0.25), None, COUNTS)
+    np.testing.assert_array_equal(rule.model(), f32(8, 8, 0.25))
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(10, 9.5, 0.25))
+
+
+@pytest.mark.parametrize("nesterov", [True, False])
+def test_bmuf_with_eta_0_and_zeta_1_is_average(nesterov):
+    rng = np.random.default_rng(0)
+    size = 1000
+    mask = rng.random(size) < 0.8
+    start = rng.normal(size=size).astype(np.float32)
+    bmuf = merge.make_rule("bmuf", mask, 3, eta=0.0, zeta=1.0, nesterov=nesterov)
+    average = merge.make_rule("average", mask, 3)
+    keys, counts = [0, 1, 2], [10, 20, 35]
+    for rule in (bmuf, average):
+        rule.start(start, keys)
+    for _ in range(6):
+        sent_b, sent_a = bmuf.sent(keys), average.sent(keys)
+        np.testing.assert_allclose(sent_b, sent_a, rtol=1e-6, atol=1e-7)
+        noise = [rng.normal(scale=0.1, size=size).astype(np.float32) for _ in keys]
+        merged = {
+            name: merge.weighted_average([s + e for e in noise], counts)
+            for name, s in (("bmuf", sent_b), ("average", sent_a))
+        }
+        bmuf.update(merged["bmuf"], None, dict(zip(keys, counts, strict=True)))
+        average.update(merged["average"], None, dict(zip(keys, counts, strict=True)))
+        # w + (avg - w) is avg up to one float32 rounding
+        np.testing.assert_allclose(bmuf.model(), average.model(), rtol=1e-6, atol=1e-7)
+        np.testing.assert_allclose(bmuf.model(), merged["bmuf"], rtol=1e-6, atol=1e-7)
+
+
+# -- easgd -------------------------------------------------------------------------------------
+
+
+def test_easgd_two_iterations_by_hand():
+    rule = merge.make_rule("easgd", ALL, 2, alpha=0.25)
+    assert rule.per_segment
+    rule.start(f32(0, 0, 0), KEYS)
+    sent = rule.sent(KEYS)
+    assert set(sent) == set(KEYS)
+    for k in KEYS:
+        np.testing.assert_array_equal(sent[k], f32(0, 0, 0))
+    # iteration 1, from c = 0: x0 = [4, 8, 0], x1 = [0, 4, 8]
+    # c <- c + 0.25 * ((x0 - c) + (x1 - c)) = 0.25 * [4, 12, 8] = [1, 3, 2]
+    # x0 <- x0 - 0.25 * (x0 - c) = [3, 6, 0];  x1 <- [0, 3, 6]   (c before its update)
+    segments = {0: f32(4, 8, 0), 1: f32(0, 4, 8)}
+    rule.update(avg(segments), segments, COUNTS)
+    np.testing.assert_array_equal(rule.model(), f32(1, 3, 2))
+    np.testing.assert_array_equal(rule.sent(KEYS)[0], f32(3, 6, 0))
+    np.testing.assert_array_equal(rule.sent(KEYS)[1], f32(0, 3, 6))
+    # iteration 2, from c = [1, 3, 2]: x0 = [5, 7, 2], x1 = [1, 3, 10]
+    # x - c: [4, 4, 0] and [0, 0, 8]; c <- [1, 3, 2] + 0.25 * [4, 4, 8] = [2, 4, 4]
+    # x0 <- [5, 7, 2] - [1, 1, 0] = [4, 6, 2];  x1 <- [1, 3, 10] - [0, 0, 2] = [1, 3, 8]
+    segments = {0: f32(5, 7, 2), 1: f32(1, 3, 10)}
+    rule.update(avg(segments), segments, COUNTS)
+    np.testing.assert_array_equal(rule.model(), f32(2, 4, 4))
+    np.testing.assert_array_equal(rule.sent(KEYS)[0], f32(4, 6, 2))
+    np.testing.assert_array_equal(rule.sent(KEYS)[1], f32(1, 3, 8))
+    assert rule.state() is None  # what a resume needs is the centre and the stored locals
+
+
+def test_easgd_non_trainable_positions_take_the_plain_average():
+    # Position 2 non-trainable. Centre: the count-weighted average (1*0 + 3*8)/4 = 6 (elastic
+    # would give 0.25 * (0 + 8) = 2); each local keeps what its segment measured (0 and 8).
+    rule = merge.make_rule("easgd", LAST_FROZEN, 2, alpha=0.25)
+    rule.start(f32(0, 0, 0), KEYS)
+    segments = {0: f32(4, 8, 0), 1: f32(0, 4, 8)}
+    rule.update(avg(segments), segments, COUNTS)
+    np.testing.assert_array_equal(rule.model(), f32(1, 3, 6))
+    np.testing.assert_array_equal(rule.sent(KEYS)[0], f32(3, 6, 0))
+    np.testing.assert_array_equal(rule.sent(KEYS)[1], f32(0, 3, 8))
+
+
+def test_easgd_keeps_per_segment_models_distinct():
+    rng = np.random.default_rng(1)
+    keys = [0, 1, 2, 3]
+    rule = merge.make_rule("easgd", np.ones(50, bool), len(keys))
+    rule.start(rng.normal(size=50).astype(np.float32), keys)
+    for _ in range(3):
+        sent = rule.sent(keys)
+        segments = {k: sent[k] + rng.normal(scale=0.1, size=50).astype(np.float32) for k in keys}
+        average = merge.weighted_average(list(segments.values()), [1] * len(keys))
+        rule.update(average, segments, dict.fromkeys(keys, 1))
+        sent = rule.sent(keys)
+        for i in keys:
+            assert not np.allclose(sent[i], rule.model(), atol=1e-3)
+            for j in keys:
+                if i < j:
+                    assert not np.allclose(sent[i], sent[j], atol=1e-3)
+
+
+def test_easgd_refuses_k_alpha_of_one_or_more():
+    rule = merge.make_rule("easgd", ALL, 2, alpha=0.5)
+    with pytest.raises(ValueError, match="K\\*alpha < 1"):
+        rule.start(f32(0, 0, 0), KEYS)
+    rule = merge.make_rule("easgd", ALL, 4, alpha=0.3)
+    with pytest.raises(ValueError, match="alpha"):
+        rule.start(f32(0, 0, 0), [0, 1, 2, 3])
+    merge.make_rule("easgd", ALL, 2, alpha=0.49).start(f32(0, 0, 0), KEYS)  # 0.98 < 1 is fine
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+def test_easgd_default_alpha_is_0_9_over_k(k):
+    rule = merge.make_rule("easgd", ALL, k)
+    assert rule.alpha == pytest.approx(0.9 / k)
+    rule.start(f32(0, 0, 0), list(range(k)))  # K * alpha = 0.9 < 1
+
+
+def test_easgd_restore_takes_the_centre_and_the_stored_locals():
+    rule = merge.make_rule("easgd", ALL, 2, alpha=0.25)
+    rule.restore(f32(1, 3, 2), None, {0: f32(3, 6, 0), 1: f32(0, 3, 6)})
+    segments = {0: f32(5, 7, 2), 1: f32(1, 3, 10)}
+    rule.update(avg(segments), segments, COUNTS)
+    np.testing.assert_array_equal(rule.model(), f32(2, 4, 4))
+    np.testing.assert_array_equal(rule.sent(KEYS)[1], f32(1, 3, 8))
+
+
+# -- none --------------------------------------------------------------------------------------
+
+
+def test_none_never_mixes_segments():
+    rule = merge.make_rule("none", LAST_FROZEN, 2)
+    assert rule.per_segment
+    rule.start(f32(0, 0, 0), KEYS)
+    # iteration 1: each local is exactly what its segment returned; the model is the one-shot
+    # count-weighted average (1*[1, 2, 3] + 3*[5, 6, 7]) / 4 = [4, 5, 6]
+    segments = {0: f32(1, 2, 3), 1: f32(5, 6, 7)}
+    rule.update(avg(segments), segments, COUNTS)
+    sent = rule.sent(KEYS)
+    np.testing.assert_array_equal(sent[0], f32(1, 2, 3))
+    np.testing.assert_array_equal(sent[1], f32(5, 6, 7))
+    np.testing.assert_array_equal(rule.model(), f32(4, 5, 6))
+    # iteration 2 and on: still never mixed, whatever the segments return
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        segments = {k: rng.normal(size=3).astype(np.float32) for k in KEYS}
+        rule.update(avg(segments), segments, COUNTS)
+        for k in KEYS:
+            np.testing.assert_array_equal(rule.sent(KEYS)[k], segments[k])
+    # the locals are copies: changing what was handed in changes nothing
+    segments[0][:] = 99
+    assert not np.any(rule.sent(KEYS)[0] == 99)
+
+
+# -- make_rule ---------------------------------------------------------------------------------
+
+
+def test_make_rule_names_and_options():
+    assert isinstance(merge.make_rule("average", ALL, 2), merge.Average)
+    bmuf = merge.make_rule("bmuf", ALL, 2)
+    assert isinstance(bmuf, merge.BlockMomentum)
+    assert (bmuf.eta, bmuf.zeta, bmuf.nesterov) == (0.9, 1.0, True)
+    assert isinstance(merge.make_rule("easgd", ALL, 2), merge.ElasticAveraging)
+    assert isinstance(merge.make_rule("none", ALL, 2), merge.NoMerge)
+    assert merge.make_rule("easgd", ALL, 2, alpha=0.1).alpha == 0.1
+    with pytest.raises(ValueError, match="median"):
+        merge.make_rule("median", ALL, 2)
+    with pytest.raises(ValueError, match="average, bmuf, easgd, none"):
+        merge.make_rule("Average", ALL, 2)
+    with pytest.raises(ValueError, match="does not take"):
+        merge.make_rule("bmuf", ALL, 2, momentum=0.9)
+    with pytest.raises(ValueError, match="does not take"):
+        merge.make_rule("average", ALL, 2, eta=0.9)
+    with pytest.raises(ValueError, match="does not take"):
+        merge.make_rule("none", ALL, 2, alpha=0.1)
+    with pytest.raises(ValueError, match="does not take"):
+        merge.make_rule("easgd", ALL, 2, eta=0.1)
+
+
+def test_make_rule_refuses_internal_fields_as_options():
+    with pytest.raises(ValueError, match="does not take"):
+        merge.make_rule("easgd", ALL, 2, per_segment=False)
+
+
+# -- weights vs gradients ----------------------------------------------------------------------
+#
+# K segments with equal shards B_1..B_K of a batch B, plain SGD (w' = w - lr * g), one step per
+# merge. The loss is a mean over images, so L_B(w) = mean_k L_{B_k}(w) and g_B(w0) = mean_k g_k(w0).
+# Averaging the K models after one step each:
+#     mean_k (w0 - lr g_k(w0)) = w0 - lr mean_k g_k(w0) = w0 - lr g_B(w0)
+# which is one step on the union batch: averaging weights IS averaging gradients here. It stops
+# holding when (a) there are several local steps (g_k is then taken at different points), (b) the
+# optimizer has state that the segments do not carry like the single model does (momentum reset
+# every iteration; Adam's per-coordinate normalisation is not linear in g), (c) the forward pass
+# depends on the batch (BatchNormalization in training mode normalises by per-shard statistics).
+
+LR = 0.5
+K = 2
+SHARD = 8
+
+
+def _data(shift: bool = False):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(K * SHARD, 4)).astype(np.float32)
+    if shift:  # the shards come from different places: their batch statistics differ
+        x[:SHARD] += 2.0
+        x[SHARD:] -= 2.0
+    y = rng.integers(0, 3, K * SHARD)
+    return x, y
+
+
+def _model(batchnorm: bool = False):
+    keras.utils.set_random_seed(9)
+    layers = [keras.Input((4,)), keras.layers.Dense(6, activation="tanh")]
+    if batchnorm:
+        layers.append(keras.layers.BatchNormalization())
+    layers.append(keras.layers.Dense(3, activation="softmax"))
+    return keras.Sequential(layers)
+
+
+class Worker:
+    """One Keras model that can be loaded with weights (and optimizer state) and stepped."""
+
+    def __init__(self, template, optimizer):
+        self.model = keras.models.model_from_json(template.to_json())
+        self.model.set_weights(template.get_weights())
+        self.model.compile(optimizer=optimizer, loss="sparse_categorical_crossentropy")
+        self.model.optimizer.build(self.model.trainable_variables)
+        self.fresh = wire.optimizer_vector(self.model)
+
+    def weights(self) -> np.ndarray:
+        return wire.flatten(self.model.get_weights())
+
+    def step(self, x, y, weights=None, state=None) -> None:
+        if weights is not None:
+            wire.set_model_weights(self.model, weights)
+        if state is not None:
+            wire.set_optimizer_vector(self.model, state)
+        self.model.train_on_batch(x, y)
+
+    def state(self) -> np.ndarray:
+        return wire.optimizer_vector(self.model)
+
+
+def _shards(x, y):
+    return [(x[k * SHARD : (k + 1) * SHARD], y[k * SHARD : (k + 1) * SHARD]) for k in range(K)]
+
+
+def _data_parallel(template, x, y, *, optimizer, merges, steps_per_merge, policy="reset"):
+    """K workers from the same start, ``steps_per_merge`` full-shard steps each, then the plain
+    average of their weights (equal shards); optimizer state per ``policy`` as gpcnn's
+    optimizer_state: "reset" (fresh every merge), "local" (each keeps its own), "average"."""
+    workers = [Worker(template, optimizer()) for _ in range(K)]
+    weights = workers[0].weights()
+    states = [w.fresh for w in workers]
+    for _ in range(merges):
+        models = []
+        for k, (xs, ys) in enumerate(_shards(x, y)):
+            state = workers[k].fresh if policy == "reset" else states[k]
+            workers[k].step(xs, ys, weights, state)
+            for _ in range(steps_per_merge - 1):
+                workers[k].step(xs, ys)
+            models.append(workers[k].weights())
+            states[k] = workers[k].state()
+        weights = merge.weighted_average(models, [SHARD] * K)
+        if policy == "average":
+            states = [merge.weighted_average(states, [SHARD] * K)] * K
+    return weights
+
+
+def _one_model(template, x, y, *, optimizer, steps):
+    """One model on the union batch, its optimizer state kept from step to step."""
+    worker = Worker(template, optimizer())
+    for _ in range(steps):
+        worker.step(x, y)
+    return worker.weights()
+
+
+def sgd():
+    return keras.optimizers.SGD(LR)
+
+
+def momentum():
+    return keras.optimizers.SGD(LR, momentum=0.9)
+
+
+def test_one_sgd_step_then_averaging_weights_equals_one_step_on_the_union_batch():
+    x, y = _data()
+    template = _model()
+    averaged = _data_parallel(template, x, y, optimizer=sgd, merges=1, steps_per_merge=1)
+    union = _one_model(template, x, y, optimizer=sgd, steps=1)
+    start = wire.flatten(template.get_weights())
+    assert np.abs(union - start).max() > 1e-2  # a real step was taken
+    np.testing.assert_allclose(averaged, union, atol=1e-6, rtol=0)
+
+
+def test_averaged_weights_are_the_start_minus_lr_times_the_mean_gradient():
+    import tensorflow as tf
+
+    x, y = _data()
+    template = _model()
+    loss_fn = keras.losses.SparseCategoricalCrossentropy()
+    assert [id(v) for v in template.trainable_weights] == [id(v) for v in template.weights]
+
+    def gradient(xs, ys):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(ys, template(xs, training=True))
+        return wire.flatten([g.numpy() for g in tape.gradient(loss, template.trainable_weights)])
+
+    grads = [gradient(xs, ys) for xs, ys in _shards(x, y)]
+    start = wire.flatten(template.get_weights())
+    mean_grad = np.mean(grads, axis=0)
+    # the mean of the shard gradients is the gradient of the mean loss on the union batch
+    np.testing.assert_allclose(mean_grad, gradient(x, y), atol=1e-6, rtol=0)
+    averaged = _data_parallel(template, x, y, optimizer=sgd, merges=1, steps_per_merge=1)
+    np.testing.assert_allclose(averaged, start - LR * mean_grad, atol=1e-6, rtol=0)
+    # and each segment's own step is w0 - lr g_k: different per segment, equal only on average
+    assert np.abs(grads[0] - grads[1]).max() > 1e-2
+
+
+def test_a_merge_after_every_step_stays_equal_over_several_steps():
+    x, y = _data()
+    template = _model()
+    averaged = _data_parallel(template, x, y, optimizer=sgd, merges=3, steps_per_merge=1)
+    union = _one_model(template, x, y, optimizer=sgd, steps=3)
+    np.testing.assert_allclose(averaged, union, atol=1e-6, rtol=0)
+
+
+def test_two_steps_between_merges_break_the_equality():
+    x, y = _data()
+    template = _model()
+    averaged = _data_parallel(template, x, y, optimizer=sgd, merges=1, steps_per_merge=2)
+    union = _one_model(template, x, y, optimizer=sgd, steps=2)
+    assert np.abs(averaged - union).max() > 1e-4
+
+
+def test_momentum_reset_at_each_merge_breaks_the_equality_at_the_second_step():
+    # The single model keeps its momentum from step 1 to step 2; segments that start every
+    # iteration from a fresh optimizer (gpcnn's optimizer_state="reset") do not.
+    x, y = _data()
+    template = _model()
+    first = _data_parallel(template, x, y, optimizer=momentum, merges=1, steps_per_merge=1)
+    np.testing.assert_allclose(  # step 1: momentum is still zero everywhere, so equal
+        first, _one_model(template, x, y, optimizer=momentum, steps=1), atol=1e-6, rtol=0
+    )
+    second = _data_parallel(template, x, y, optimizer=momentum, merges=2, steps_per_merge=1)
+    union = _one_model(template, x, y, optimizer=momentum, steps=2)
+    assert np.abs(second - union).max() > 1e-4
+
+
+@pytest.mark.parametrize("policy", ["local", "average"])
+def test_momentum_kept_by_every_segment_is_linear_and_keeps_the_equality(policy):
+    # SGD momentum m <- 0.9 m - lr g is linear in g: with one step per merge, the mean of the
+    # segments' momenta is the single model's momentum, so the equality survives. (Adam's is not.)
+    x, y = _data()
+    template = _model()
+    averaged = _data_parallel(
+        template, x, y, optimizer=momentum, merges=3, steps_per_merge=1, policy=policy
+    )
+    union = _one_model(template, x, y, optimizer=momentum, steps=3)
+    np.testing.assert_allclose(averaged, union, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("policy", ["reset", "local"])
+def test_adam_breaks_the_equality_even_at_one_step(policy):
+    # Adam's first step is about -lr * g / |g| per coordinate: the mean of the segments' signs
+    # is not the sign of the mean gradient.
+    x, y = _data()
+    template = _model()
+
+    def adam():
+        return keras.optimizers.Adam(0.01)
+
+    averaged = _data_parallel(
+        template, x, y, optimizer=adam, merges=1, steps_per_merge=1, policy=policy
+    )
+    union = _one_model(template, x, y, optimizer=adam, steps=1)
+    assert np.abs(averaged - union).max() > 1e-4
+
+
+def test_batchnorm_in_training_mode_breaks_the_equality():
+    x, y = _data(shift=True)
+    template = _model(batchnorm=True)
+    entries = wire.manifest(template)
+    trainable = wire.trainable_mask(entries)
+    assert not trainable.all()  # BN's moving mean and variance
+    averaged = _data_parallel(template, x, y, optimizer=sgd, merges=1, steps_per_merge=1)
+    union = _one_model(template, x, y, optimizer=sgd, steps=1)
+    # the trainable weights: each shard normalises by its own batch mean and variance
+    assert np.abs(averaged[trainable] - union[trainable]).max() > 1e-4
+    # the moving variance: the mean of per-shard variances misses the between-shard spread
+    variance = [i for i, e in enumerate(entries) if "moving_variance" in e["name"]]
+    assert len(variance) == 1
+    got = wire.unflatten(averaged, entries)[variance[0]]
+    want = wire.unflatten(union, entries)[variance[0]]
+    assert np.all(got < want) and np.abs(got - want).max() > 1e-4

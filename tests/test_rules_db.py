@@ -1,0 +1,348 @@
+"""Merge rules, optimizer-state policies and merge frequency in the real database (issue 5).
+
+One small table on 2 segments (150 8x8 images, 4 buffers per segment), the tiny CNN of
+test_training.py built ONCE for the module (the segments cache the compiled model by its JSON, so
+every fit here reuses it), one TF thread per segment, fixed seeds. 1-3 iterations per fit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from gpcnn import merge, segment
+from gpcnn import weights as wire
+from gpcnn.estimator import GreenplumCNN
+from gpcnn.tables import TableName, describe, load_images
+
+keras = segment.keras_module()
+
+LEARNING_RATE = 0.05
+BATCH = 16
+SEED = 11
+DATA_SCHEMA = "gpcnn_rules_test"
+TRAIN = f"{DATA_SCHEMA}.train"
+VALID = f"{DATA_SCHEMA}.valid"  # also: one buffer per segment
+
+
+@pytest.fixture(scope="module")
+def model():
+    keras.utils.set_random_seed(7)
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Conv2D(3, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def tables(engine, schema):
+    rng = np.random.default_rng(3)
+    labels = rng.integers(0, 3, 150)
+    images = rng.integers(0, 120, (150, 8, 8), dtype=np.uint8)
+    for c in range(3):
+        images[labels == c, :, c * 2 : c * 2 + 3] += 120
+    load_images(
+        engine,
+        TRAIN,
+        images,
+        labels,
+        segments=2,
+        buffer_size=20,
+        replace=True,
+        progress=False,
+        schema=schema,
+    )
+    load_images(
+        engine,
+        VALID,
+        images[:60],
+        labels[:60],
+        segments=2,
+        buffer_size=100,
+        replace=True,
+        progress=False,
+        schema=schema,
+    )
+    return {"train": describe(engine, TRAIN, schema), "valid": describe(engine, VALID, schema)}
+
+
+def estimator(engine, schema, model, **params) -> GreenplumCNN:
+    defaults = dict(
+        optimizer="sgd",
+        learning_rate=LEARNING_RATE,
+        batch_size=BATCH,
+        iterations=1,
+        seed=SEED,
+        database=engine,
+        schema=schema,
+        threads_per_segment=1,
+        progress=False,
+    )
+    return GreenplumCNN(model, **{**defaults, **params})
+
+
+def fit(engine, schema, model, table=TRAIN, resume=None, **params) -> GreenplumCNN:
+    est = estimator(engine, schema, model, **params)
+    with est:
+        est.fit(table, resume=resume)
+    return est
+
+
+def fit_resumed(engine, schema, model, iterations, **params) -> GreenplumCNN:
+    """One iteration, then a new estimator that resumes the stored run up to ``iterations``."""
+    first = fit(engine, schema, model, iterations=1, **params)
+    return fit(engine, schema, model, resume=first.run_id_, iterations=iterations, **params)
+
+
+def flat(est: GreenplumCNN) -> np.ndarray:
+    return wire.flatten(est.model_.get_weights())
+
+
+def stored_iteration(engine, schema, run_id, iteration) -> tuple[np.ndarray, bytes | None]:
+    """(model weights, rule_state bytes) stored for one iteration of a run."""
+    with engine.connect() as conn:
+        weights, state = conn.execute(
+            sa.text(
+                f"SELECT weights, rule_state FROM {schema}.run_iterations "
+                "WHERE run_id = :r AND iteration = :i"
+            ),
+            {"r": run_id, "i": iteration},
+        ).one()
+    return wire.from_bytes(bytes(weights)).copy(), None if state is None else bytes(state)
+
+
+def segment_models(engine, schema, run_id) -> dict[int, np.ndarray]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(f"SELECT __dist_key__, weights FROM {schema}.segment_models WHERE run_id = :r"),
+            {"r": run_id},
+        ).all()
+    return {key: wire.from_bytes(bytes(w)).copy() for key, w in rows}
+
+
+def shards(engine, info) -> dict[int, list]:
+    """Each key's (images, labels) buffers in buffer order, as stored."""
+    name = TableName.parse(str(info.table))
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                f"SELECT __dist_key__, x, y, n FROM {name.schema}.{name.name} "
+                "ORDER BY __dist_key__, buffer_id"
+            )
+        ).all()
+    out: dict[int, list] = {k: [] for k in info.keys}
+    for key, x, y, n in rows:
+        out[key].append((segment.decode_images(x, n, info.image_shape), segment.decode_labels(y)))
+    return out
+
+
+def max_diff(a, b) -> float:
+    return float(np.abs(np.asarray(a) - np.asarray(b)).max())
+
+
+@pytest.fixture(scope="module")
+def average_run(engine, schema, model, tables):
+    """MADlib's rule, 2 iterations: the baseline several tests compare with."""
+    return fit(engine, schema, model, iterations=2)
+
+
+# -- bmuf --------------------------------------------------------------------------------------
+
+
+def test_bmuf_with_eta_0_zeta_1_equals_average(engine, schema, model, average_run):
+    bmuf = fit(
+        engine, schema, model, iterations=2, merge="bmuf", merge_options={"eta": 0, "zeta": 1}
+    )
+    np.testing.assert_allclose(flat(bmuf), flat(average_run), atol=1e-6, rtol=0)
+    assert [r["images"] for r in bmuf.history_] == [150, 150]
+
+
+def test_bmuf_default_differs_from_average_and_resumes_exactly(engine, schema, model, average_run):
+    whole = fit(engine, schema, model, iterations=3, merge="bmuf")
+    # after 1 iteration BMUF's w is the average (D = G); from the 2nd the momentum shows
+    first, _ = stored_iteration(engine, schema, whole.run_id_, 1)
+    average_first, _ = stored_iteration(engine, schema, average_run.run_id_, 1)
+    np.testing.assert_allclose(first, average_first, atol=1e-6, rtol=0)
+    second, state = stored_iteration(engine, schema, whole.run_id_, 2)
+    assert max_diff(second, flat(average_run)) > 1e-4
+    assert state is not None and np.abs(wire.from_bytes(state)).max() > 0  # the momentum D
+
+    resumed = fit_resumed(engine, schema, model, 3, merge="bmuf")
+    assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
+    np.testing.assert_array_equal(flat(resumed), flat(whole))
+
+
+# -- easgd -------------------------------------------------------------------------------------
+
+
+def test_easgd_keeps_distinct_segment_models_and_resumes_exactly(engine, schema, model, tables):
+    whole = fit(engine, schema, model, iterations=2, merge="easgd")
+    locals_ = segment_models(engine, schema, whole.run_id_)
+    assert sorted(locals_) == sorted(tables["train"].keys)
+    (a, b) = locals_.values()
+    centre = flat(whole)
+    assert max_diff(a, b) > 1e-4
+    assert max_diff(a, centre) > 1e-4 and max_diff(b, centre) > 1e-4
+    last, _ = stored_iteration(engine, schema, whole.run_id_, 2)
+    np.testing.assert_array_equal(last, centre)  # the stored/evaluated model is the centre
+
+    resumed = fit_resumed(engine, schema, model, 2, merge="easgd")
+    np.testing.assert_array_equal(flat(resumed), centre)
+    again = segment_models(engine, schema, resumed.run_id_)
+    for key in locals_:
+        np.testing.assert_array_equal(again[key], locals_[key])
+
+
+# -- none --------------------------------------------------------------------------------------
+
+
+def test_none_trains_each_segment_alone(engine, schema, model, tables):
+    est = estimator(engine, schema, model, iterations=2, merge="none", validation_table=VALID)
+    with est:
+        est.fit(TRAIN)
+        evaluated = est.evaluate(VALID)
+    info = tables["train"]
+    stored = segment_models(engine, schema, est.run_id_)
+    assert sorted(stored) == sorted(info.keys)
+
+    # the reference: each key trains its own copy on its own shard, never averaged
+    start = wire.flatten(model.get_weights())
+    buffers = shards(engine, info)
+    local = keras.models.model_from_json(model.to_json())
+    local.compile(
+        optimizer=keras.optimizers.SGD(LEARNING_RATE),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    local.optimizer.build(local.trainable_variables)
+    fresh = wire.optimizer_vector(local)  # a fresh SGD: restored before every iteration
+    for key in info.keys:
+        weights = start
+        for iteration in (1, 2):
+            wire.set_model_weights(local, weights)
+            wire.set_optimizer_vector(local, fresh)
+            segment.seed_everything(local, SEED, iteration, key)
+            for images, labels in buffers[key]:
+                x = segment.to_model_input(images)
+                for i in range(0, len(x), BATCH):
+                    local.train_on_batch(x[i : i + BATCH], labels[i : i + BATCH])
+            weights = wire.flatten(local.get_weights())
+        np.testing.assert_allclose(stored[key], weights, atol=1e-6, rtol=0)
+    keys = list(info.keys)
+    assert max_diff(stored[keys[0]], stored[keys[1]]) > 1e-4
+
+    # model_ is the one-shot count-weighted average of the K local models
+    counts = [sum(len(labels) for _, labels in buffers[k]) for k in keys]
+    one_shot = merge.weighted_average([stored[k] for k in keys], counts)
+    np.testing.assert_allclose(flat(est), one_shot, atol=1e-7, rtol=0)
+
+    for row in est.history_:
+        for name in ("loss", "accuracy"):
+            per_key = [row[f"val_{name}_segment_{k}"] for k in keys]
+            assert f"val_{name}_average" in row
+            assert row[f"val_{name}"] == pytest.approx(np.mean(per_key), abs=1e-12)
+    # the one-shot average's loss is the in-database evaluation of model_
+    assert est.history_[-1]["val_loss_average"] == pytest.approx(evaluated["loss"], abs=1e-6)
+
+
+# -- optimizer state ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def momentum_runs(engine, schema, model, tables):
+    runs = {}
+    for policy in ("reset", "local", "average"):
+        runs[policy] = fit(
+            engine,
+            schema,
+            model,
+            iterations=2,
+            optimizer_state=policy,
+            optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
+            learning_rate=None,
+        )
+    return runs
+
+
+def test_optimizer_state_policies_differ_from_reset(momentum_runs):
+    reset = flat(momentum_runs["reset"])
+    for policy in ("local", "average"):
+        assert [r["images"] for r in momentum_runs[policy].history_] == [150, 150]
+        assert max_diff(flat(momentum_runs[policy]), reset) > 1e-4, policy
+
+
+def test_local_optimizer_state_resumes_exactly(engine, schema, model, momentum_runs):
+    resumed = fit_resumed(
+        engine,
+        schema,
+        model,
+        2,
+        optimizer_state="local",
+        optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
+        learning_rate=None,
+    )
+    np.testing.assert_array_equal(flat(resumed), flat(momentum_runs["local"]))
+
+
+def test_easgd_with_averaged_optimizer_state_is_not_reset(engine, schema, model, tables):
+    runs = {
+        policy: fit(
+            engine,
+            schema,
+            model,
+            iterations=2,
+            merge="easgd",
+            optimizer_state=policy,
+            optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
+            learning_rate=None,
+        )
+        for policy in ("reset", "average")
+    }
+    assert max_diff(flat(runs["average"]), flat(runs["reset"])) > 1e-4
+
+
+# -- merge frequency ---------------------------------------------------------------------------
+
+
+def test_two_merges_per_epoch_train_on_half_the_table_each(engine, schema, model, tables):
+    est = fit(engine, schema, model, iterations=2, merges_per_epoch=2)
+    rows = est.history_
+    assert [r["epoch"] for r in rows] == [0.5, 1.0]
+    assert sum(r["images"] for r in rows) == 150
+    # each half is 2 of the 4 buffers of every segment (at most one buffer from 75)
+    assert all(abs(r["images"] - 75) <= 20 for r in rows)
+
+
+def test_more_merges_per_epoch_than_buffers_is_refused(engine, schema, model, tables):
+    assert tables["valid"].segments == 2  # 60 images, one buffer per segment
+    with pytest.raises(ValueError, match=r"merges_per_epoch=2.*only 1 buffers"):
+        estimator(engine, schema, model, merges_per_epoch=2).fit(VALID)
+
+
+def test_local_epochs_doubles_the_images_per_iteration(engine, schema, model, average_run):
+    est = fit(engine, schema, model, iterations=1, local_epochs=2)
+    (row,) = est.history_
+    assert row["images"] == 2 * average_run.history_[0]["images"] == 300
+    assert row["epoch"] == 2.0
+    with pytest.raises(ValueError, match="local_epochs > 1 needs merges_per_epoch=1"):
+        estimator(engine, schema, model, local_epochs=2, merges_per_epoch=2).fit(TRAIN)
+
+
+# -- last: a failing fit discards the segment sessions (the next fit pays a fresh start) --------
+
+
+def test_bmuf_with_local_optimizer_state_resumes(engine, schema, model, tables):
+    params = dict(
+        merge="bmuf",
+        optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
+        learning_rate=None,
+        optimizer_state="local",
+    )
+    whole = fit(engine, schema, model, iterations=2, **params)
+    resumed = fit_resumed(engine, schema, model, 2, **params)
+    np.testing.assert_array_equal(flat(resumed), flat(whole))
