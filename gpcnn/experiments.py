@@ -32,14 +32,14 @@ REPORT_ITERATIONS = (1, 5, 10, 20)
 
 
 def small_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10):
-    """A small CNN (about 20k weights): fast on 2 cores, still well above linear models."""
+    """A small CNN (about 5k weights): an epoch of 60,000 images in seconds on 2 cores."""
     keras = segment.keras_module()
     return keras.Sequential(
         [
             keras.Input(tuple(input_shape)),
-            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.Conv2D(8, 3, activation="relu"),
             keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.Conv2D(16, 3, activation="relu"),
             keras.layers.MaxPooling2D(),
             keras.layers.Flatten(),
             keras.layers.Dense(classes, activation="softmax"),
