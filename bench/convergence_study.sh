@@ -7,6 +7,7 @@ gpcnn=".venv/bin/gpcnn"
 # A schema of its own: nothing else upgrades its functions while the study runs.
 schema=(--schema gpcnn_study)
 rules=single,none,average,bmuf,easgd,sync
+$gpcnn install "${schema[@]}"  # upgrade the study's functions to this checkout's code
 
 # MNIST (the real 5,000-digit sample): every rule at K = 2, 4, 8, one and four merges per epoch.
 $gpcnn converge --dataset mnist-sample --segments 2,4,8 --merge $rules \

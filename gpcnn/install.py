@@ -74,17 +74,6 @@ class Function:
         )
 
 
-_TRAIN_ARGS = (
-    ("key", "integer"),
-    ("x", "bytea"),
-    ("y", "bytea"),
-    ("n", "integer"),
-    ("model_json", "text"),
-    ("options_json", "text"),
-    ("weights", "bytea"),
-    ("optimizer", "bytea"),
-    ("expected", "bigint"),
-)
 _EVAL_ARGS = (
     ("x", "bytea"),
     ("y", "bytea"),
@@ -93,6 +82,7 @@ _EVAL_ARGS = (
     ("options_json", "text"),
     ("weights", "bytea"),
 )
+_TRAIN_ARGS = (("key", "integer"), *_EVAL_ARGS, ("optimizer", "bytea"), ("expected", "bigint"))
 
 FUNCTIONS = (
     Function("probe", (("threads", "integer"),), "text", "segment.probe(threads)"),

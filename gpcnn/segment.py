@@ -34,6 +34,7 @@ STATE_MAGIC = b"GPCS"
 RESULT_MAGIC = b"GPCR"
 LABEL_DTYPE = np.dtype("<i4")
 _MODEL_CACHE_SIZE = 4
+EVALUATION_BATCH = 1000  # images per test_on_batch call: only speed depends on it
 
 _models: OrderedDict[str, Any] = OrderedDict()
 _threads: int | None = None
@@ -191,9 +192,16 @@ def decode_result(data: bytes | memoryview) -> tuple[dict, np.ndarray | None]:
 # -- the aggregates -----------------------------------------------------------------------------
 
 
-def _accumulate(sums: dict[str, float], logs: dict, images: int) -> None:
-    for name, value in logs.items():
-        sums[name] = sums.get(name, 0.0) + float(value) * images
+def _over_batches(step, x: bytes, y: bytes, n: int, options: dict, batch_size: int, sums) -> None:
+    """Run ``step`` (``train_on_batch`` or ``test_on_batch``) over one buffer's mini-batches and
+    add each batch's loss and metrics, weighted by its images, to ``sums``."""
+    images = to_model_input(decode_images(x, n, options["image_shape"]))
+    labels = decode_labels(y)
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        logs = step(images[start:stop], labels[start:stop], return_dict=True)
+        for name, value in logs.items():
+            sums[name] = sums.get(name, 0.0) + float(value) * (stop - start)
 
 
 def train_transition(
@@ -224,13 +232,7 @@ def train_transition(
         seed_everything(model, options.get("seed"), options.get("iteration", 0), key)
     else:
         count, sums, _ = decode_state(state)
-    images = to_model_input(decode_images(x, n, options["image_shape"]))
-    labels = decode_labels(y)
-    batch_size = int(options["batch_size"])
-    for start in range(0, n, batch_size):
-        stop = min(start + batch_size, n)
-        logs = model.train_on_batch(images[start:stop], labels[start:stop], return_dict=True)
-        _accumulate(sums, logs, stop - start)
+    _over_batches(model.train_on_batch, x, y, n, options, int(options["batch_size"]), sums)
     count += n
     if count > expected:
         raise SegmentError(f"segment {key} saw {count} images, more than the {expected} expected")
@@ -256,12 +258,7 @@ def evaluate_transition(
     options = json.loads(options_json)
     model = _model_with_weights(model_json, options, weights, state is None)
     count, sums, _ = (0, {}, None) if state is None else decode_state(state)
-    images = to_model_input(decode_images(x, n, options["image_shape"]))
-    labels = decode_labels(y)
-    for start in range(0, n, int(options.get("eval_batch_size", 1000))):
-        stop = min(start + int(options.get("eval_batch_size", 1000)), n)
-        logs = model.test_on_batch(images[start:stop], labels[start:stop], return_dict=True)
-        _accumulate(sums, logs, stop - start)
+    _over_batches(model.test_on_batch, x, y, n, options, EVALUATION_BATCH, sums)
     return encode_state(count + n, sums, None)
 
 

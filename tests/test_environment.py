@@ -60,3 +60,24 @@ def test_missing_tensorflow_in_the_server_names_the_fix(tmp_path, monkeypatch):
     finally:
         embedded.stop(c)
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_another_installed_version_is_named_with_the_fix(engine):
+    from gpcnn.install import InstallError, ensure_installed, install
+
+    schema = "gpcnn_version_test"
+    install(engine, schema)
+    assert ensure_installed(engine, schema)  # same version: accepted
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"CREATE OR REPLACE FUNCTION {schema}.version() RETURNS text AS "
+                "$$ SELECT '0.0.1+old'::text $$ LANGUAGE sql"
+            )
+        )
+    with pytest.raises(InstallError, match=r"holds gpcnn 0\.0\.1\+old.*gpcnn install"):
+        ensure_installed(engine, schema)
+    install(engine, schema)  # upgrading over it works, in place
+    assert ensure_installed(engine, schema)
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))

@@ -33,18 +33,7 @@ ODD = "My Schema"
 NEVER = "gpcnn_tables_never"  # validation failures must not even create this schema
 SCHEMAS = (IMG, ODD, NEVER)
 FASHION = Path("/usr/share/datasets/fashion-mnist")
-FASHION_CLASSES = (
-    "T-shirt/top",
-    "Trouser",
-    "Pullover",
-    "Dress",
-    "Coat",
-    "Sandal",
-    "Shirt",
-    "Sneaker",
-    "Bag",
-    "Ankle boot",
-)
+FASHION_CLASSES = datasets.FASHION_MNIST_CLASSES
 N_FASHION = 3_000
 REPO = Path(__file__).resolve().parents[1]
 
