@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The convergence study behind docs/convergence.md (hours on 2 cores; resumable: rerun to continue).
-# Each part adds runs to the same folder; the CSV, figures and report cover all finished runs.
+# The convergence study behind docs/convergence.md (about an hour on 2 cores; resumable: rerun it
+# and finished runs are reused, a half-done run continues from its last stored iteration).
+# Each part adds runs to its folder; the CSV, figures and report cover all finished runs there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gpcnn=".venv/bin/gpcnn"
@@ -9,13 +10,14 @@ schema=(--schema gpcnn_study)
 rules=single,none,average,bmuf,easgd,sync
 $gpcnn install "${schema[@]}"  # upgrade the study's functions to this checkout's code
 
-# MNIST (the real 5,000-digit sample): every rule at K = 2, 4, 8, one and four merges per epoch.
-$gpcnn converge --dataset mnist-sample --segments 2,4,8 --merge $rules \
-  --merges-per-epoch 1,4 --iterations 20 --out docs/img/mnist-sample "${schema[@]}"
+mnist=(--dataset mnist-sample --iterations 20 --out docs/img/mnist-sample "${schema[@]}")
+fashion=(--dataset fashion-mnist --iterations 20 --out docs/img/fashion-mnist "${schema[@]}")
 
-# Fashion-MNIST (60,000 / 10,000): every rule at K = 2, 4, 8 with one merge per epoch...
-$gpcnn converge --dataset fashion-mnist --segments 2,4,8 --merge $rules \
-  --merges-per-epoch 1 --iterations 20 --out docs/img/fashion-mnist "${schema[@]}"
-# ...and MADlib's average against one worker at four merges per epoch.
-$gpcnn converge --dataset fashion-mnist --segments 4 --merge single,average \
-  --merges-per-epoch 4 --iterations 20 --out docs/img/fashion-mnist "${schema[@]}"
+# MNIST (the real 5,000-digit sample): every rule at K = 2, 4, 8.
+$gpcnn converge "${mnist[@]}" --segments 2,4,8 --merge $rules --merges-per-epoch 1
+# Fashion-MNIST (60,000 / 10,000): every rule at K = 4; MADlib's average at K = 2 and 8 too.
+$gpcnn converge "${fashion[@]}" --segments 4 --merge $rules --merges-per-epoch 1
+$gpcnn converge "${fashion[@]}" --segments 2,8 --merge average --merges-per-epoch 1
+# Four merges per epoch against one (same epochs of data, four times the iterations).
+$gpcnn converge "${fashion[@]}" --segments 4 --merge single,average --merges-per-epoch 4
+$gpcnn converge "${mnist[@]}" --segments 4 --merge $rules --merges-per-epoch 4

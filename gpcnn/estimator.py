@@ -211,6 +211,10 @@ class GreenplumCNN(BaseEstimator):
             stored = runs.load_run(engine, backend, resume)
             if stored.weights is None:
                 raise ValueError(f"run {resume} stored no iteration yet: start a new fit")
+            if stored.table != str(info.table):
+                raise ValueError(f"run {resume} trained {stored.table}, not {info.table}")
+            if len(stored.weights) != wire.WIRE_DTYPE.itemsize * sum(wire.sizes(manifest)):
+                raise ValueError(f"run {resume} trained another model: resume it with the same one")
             run_id, history = resume, stored.iterations
         else:
             history = list(self.history_) if self.warm_start and hasattr(self, "model_") else []

@@ -19,8 +19,6 @@ from .engines import Backend
 class StoredRun:
     run_id: int
     table: str
-    params: dict
-    model_json: str
     iterations: list[dict]  # history rows, in order
     weights: bytes | None  # the model of the last stored iteration
     rule_state: bytes | None  # what the merge rule needs beyond it (BMUF's momentum)
@@ -131,7 +129,7 @@ def load_run(engine: sa.Engine, backend: Backend, run_id: int) -> StoredRun:
     with engine.begin() as conn:
         ensure_tables(conn, backend)
         run = conn.execute(
-            sa.text(f"SELECT table_name, params, model_json FROM {s}.runs WHERE run_id = :r"),
+            sa.text(f"SELECT table_name FROM {s}.runs WHERE run_id = :r"),
             {"r": run_id},
         ).first()
         if run is None:
@@ -161,8 +159,6 @@ def load_run(engine: sa.Engine, backend: Backend, run_id: int) -> StoredRun:
     return StoredRun(
         run_id=run_id,
         table=run.table_name,
-        params=json.loads(run.params),
-        model_json=run.model_json,
         iterations=[json.loads(r.metrics) for r in rows],
         weights=_bytes(last.weights) if last else None,
         rule_state=_bytes(last.rule_state) if last else None,
