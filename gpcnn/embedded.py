@@ -138,8 +138,9 @@ def _chown(c: Cluster, path: Path) -> None:
 
 
 def server_site_packages() -> Path:
-    """The client's site-packages: TensorFlow for the server comes from the same environment."""
-    return Path(sysconfig.get_paths()["purelib"])
+    """The client's site-packages: TensorFlow for the server comes from the same environment.
+    Resolved: ``.venv`` in a checkout is a link, and the checkout may be unreadable to the server."""
+    return Path(sysconfig.get_paths()["purelib"]).resolve()
 
 
 def _check_readable_by_server(c: Cluster, path: Path) -> None:
@@ -272,11 +273,17 @@ def _remove_stale_pid(c: Cluster) -> None:
 def start(c: Cluster | None = None, timeout: int = 60) -> Cluster:
     """Start the cluster (initialising it first if needed); no-op when it runs."""
     c = init(c)
-    _check_readable_by_server(c, server_site_packages())
-    if is_running(c):
-        return c
-    _remove_stale_pid(c)
+    site_packages = server_site_packages()
+    _check_readable_by_server(c, site_packages)
     cfg = c.config()
+    if is_running(c):
+        serving = cfg.get("site_packages")
+        if serving is None or serving == str(site_packages) or Path(serving).exists():
+            return c
+        stop(c)  # it serves a Python environment that was deleted since: restart on ours
+    _remove_stale_pid(c)
+    cfg["site_packages"] = str(site_packages)
+    c.config_file.write_text(json.dumps(cfg))
     if _port_in_use(cfg["port"]):
         cfg["port"] = _free_port()
         c.config_file.write_text(json.dumps(cfg))
