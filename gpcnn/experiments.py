@@ -24,6 +24,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from . import datasets, runs, segment
+from . import weights as wire
 from .estimator import GreenplumCNN
 from .tables import TableError, describe, load_images, read_images
 
@@ -106,7 +107,7 @@ def configure_logical_cpus(count: int) -> None:
         if have < count:
             raise RuntimeError(
                 f"sync with K={count} needs {count} logical CPUs, but TensorFlow already started "
-                f"with {have}: run the study in a fresh process"
+                f"with {have}"
             ) from None
 
 
@@ -163,7 +164,16 @@ def run_one(
     segment.keras_module().utils.set_random_seed(spec.seed)
     model = MODELS[spec.model](info.image_shape, info.num_classes)
     if spec.merge == "sync":
-        history = _run_sync(engine, spec, model, train, test, schema)
+        history = _in_fresh_process(
+            _run_sync,
+            engine.url.render_as_string(hide_password=False),
+            spec,
+            model.to_json(),
+            wire.model_to_bytes(model),
+            train,
+            test,
+            schema,
+        )
     else:
         est = GreenplumCNN(
             model,
@@ -185,18 +195,36 @@ def run_one(
     return history
 
 
-def _run_sync(engine, spec: RunSpec, model, train: str, test: str, schema: str) -> list[dict]:
-    """Per-batch synchronous data parallelism over K logical CPUs on the same shuffled data."""
+def _in_fresh_process(function, *args):
+    """Run ``function(*args)`` in a new Python process: TensorFlow fixes the number of logical
+    devices when it starts, and collective ops of an earlier MirroredStrategy linger."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(function, *args).result()
+
+
+def _run_sync(
+    url: str, spec: RunSpec, model_json: str, weights: bytes, train: str, test: str, schema: str
+) -> list[dict]:
+    """Per-batch synchronous data parallelism over K logical CPUs on the same shuffled data,
+    from the same starting weights (a batch of 32 per replica)."""
+    configure_logical_cpus(spec.segments)
     import tensorflow as tf
 
+    from .engines import connect
+
     keras = segment.keras_module()
+    engine = connect(url)
     x, y = read_images(engine, train, schema)
     x_val, y_val = read_images(engine, test, schema)
+    engine.dispose()
     x, x_val = segment.to_model_input(x), segment.to_model_input(x_val)
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(spec.segments)])
     with strategy.scope():
-        replica = keras.models.clone_model(model)
-        replica.set_weights(model.get_weights())
+        replica = keras.models.model_from_json(model_json)
+        wire.set_model_weights(replica, weights)
         replica.compile(
             optimizer=keras.optimizers.SGD(spec.learning_rate),
             loss="sparse_categorical_crossentropy",
@@ -247,9 +275,6 @@ def run_study(
     from . import plots
 
     out = Path(out)
-    syncs = [s.segments for s in specs if s.merge == "sync"]
-    if syncs:
-        configure_logical_cpus(max(syncs))
     cache: dict = {}
     bar = tqdm(specs, desc="study", unit="run", disable=not progress)
     for spec in bar:
