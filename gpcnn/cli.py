@@ -142,10 +142,12 @@ def cmd_converge(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """A short preset of the study: one worker, and K=4 without merge, with MADlib's average and
     with BMUF, on real Fashion-MNIST in the embedded database."""
-    from . import connect
+    from . import connect, install
     from .environment import check_environment
 
-    print(check_environment(connect(args.database), args.schema), end="\n\n")
+    engine = connect(args.database)
+    install(engine, args.schema)  # the quick start sets everything up, upgrades included
+    print(check_environment(engine, args.schema), end="\n\n")
     return _study(
         args, "fashion-mnist", [4], ["single", "none", "average", "bmuf"], [1], args.iterations
     )
