@@ -20,7 +20,7 @@ $gpcnn converge "${fashion[@]}" --segments 4 --merge single,none,average,bmuf,ea
   --merges-per-epoch 1
 $gpcnn converge "${fashion[@]}" --segments 2,8 --merge average --merges-per-epoch 1
 # Four merges per epoch against one (same epochs of data, four times the iterations).
-$gpcnn converge "${fashion[@]}" --segments 4 --merge single,average --merges-per-epoch 4
 $gpcnn converge "${mnist[@]}" --segments 4 --merge $rules --merges-per-epoch 4
+$gpcnn converge "${fashion[@]}" --segments 4 --merge single,average --merges-per-epoch 4
 # Per-batch synchronous training (MirroredStrategy on 4 logical CPUs) last: the slowest here.
 $gpcnn converge "${fashion[@]}" --segments 4 --merge sync --merges-per-epoch 1
