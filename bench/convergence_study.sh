@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The convergence study behind docs/convergence.md (about an hour on 2 cores; resumable: rerun it
+# The convergence study behind docs/convergence.md (about 1.5 hours on 2 cores without its last line,
+# the per-batch sync run on Fashion-MNIST, which takes hours there; resumable: rerun it
 # and finished runs are reused, a half-done run continues from its last stored iteration).
 # Each part adds runs to its folder; the CSV, figures and report cover all finished runs there.
 set -euo pipefail
