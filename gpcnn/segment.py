@@ -224,7 +224,7 @@ def train_transition(
     keep_optimizer = options.get("optimizer_state", "reset") != "reset"
     if state is None:
         count, sums = 0, {}
-        wire.set_model_weights(model, weights)
+        _set_weights(model, weights)
         if keep_optimizer and optimizer is not None:
             wire.set_optimizer_vector(model, wire.from_bytes(optimizer))
         else:
@@ -256,25 +256,28 @@ def evaluate_transition(
 ) -> bytes:
     """Loss and metrics of the given weights on one buffer, summed over images."""
     options = json.loads(options_json)
-    model = _model_with_weights(model_json, options, weights, state is None)
+    model = build_model(model_json, options)
+    if state is None:  # the weights are the same for every row of one aggregate
+        _set_weights(model, weights)
     count, sums, _ = (0, {}, None) if state is None else decode_state(state)
     _over_batches(model.test_on_batch, x, y, n, options, EVALUATION_BATCH, sums)
     return encode_state(count + n, sums, None)
 
 
-def _model_with_weights(model_json: str, options: dict, weights: bytes, first: bool) -> Any:
-    model = build_model(model_json, options)
-    digest = hashlib.sha256(weights).hexdigest()
-    if first or getattr(model, "_gpcnn_weights_digest", None) != digest:
-        wire.set_model_weights(model, weights)
-        model._gpcnn_weights_digest = digest
-    return model
+def _set_weights(model: Any, weights: bytes, digest: str | None = None) -> None:
+    """Load weights into the cached model; ``digest`` names them for ``predict`` (None: unnamed,
+    as when training changes them)."""
+    wire.set_model_weights(model, weights)
+    model._gpcnn_weights_digest = digest
 
 
 def predict(x: bytes, n: int, model_json: str, options_json: str, weights: bytes) -> bytes:
     """Class probabilities of one buffer, float32 (n, classes) little-endian bytes."""
     options = json.loads(options_json)
-    model = _model_with_weights(model_json, options, weights, False)
+    model = build_model(model_json, options)
+    digest = hashlib.sha256(weights).hexdigest()  # a plain call per row: load only on a change
+    if getattr(model, "_gpcnn_weights_digest", None) != digest:
+        _set_weights(model, weights, digest)
     images = to_model_input(decode_images(x, n, options["image_shape"]))
     probabilities = model.predict_on_batch(images)
     return np.asarray(probabilities, dtype="<f4").tobytes()

@@ -50,18 +50,42 @@ def tables(engine, schema, data):
     names = {}
     for k in (1, 2, 3):
         names[k] = f"{DATA_SCHEMA}.train_k{k}"
-        load_images(engine, names[k], x, y, segments=k, buffer_size=20, replace=True,
-                    progress=False, schema=schema)
+        load_images(
+            engine,
+            names[k],
+            x,
+            y,
+            segments=k,
+            buffer_size=20,
+            replace=True,
+            progress=False,
+            schema=schema,
+        )
     names["test"] = f"{DATA_SCHEMA}.test"
-    load_images(engine, names["test"], x[:60], y[:60], segments=2, replace=True, progress=False,
-                schema=schema)
+    load_images(
+        engine,
+        names["test"],
+        x[:60],
+        y[:60],
+        segments=2,
+        replace=True,
+        progress=False,
+        schema=schema,
+    )
     return names
 
 
 def estimator(engine, schema, model, **params):
     defaults = dict(
-        optimizer="sgd", learning_rate=LEARNING_RATE, batch_size=BATCH, iterations=1, seed=11,
-        database=engine, schema=schema, threads_per_segment=1, progress=False,
+        optimizer="sgd",
+        learning_rate=LEARNING_RATE,
+        batch_size=BATCH,
+        iterations=1,
+        seed=11,
+        database=engine,
+        schema=schema,
+        threads_per_segment=1,
+        progress=False,
     )
     return GreenplumCNN(model, **{**defaults, **params})
 
@@ -92,14 +116,17 @@ def reference(model, key_buffers, iterations, seed=None):
         models, counts = [], []
         for key, buffers in key_buffers.items():
             local = keras.models.model_from_json(model.to_json())
-            local.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE),
-                          loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+            local.compile(
+                optimizer=keras.optimizers.SGD(LEARNING_RATE),
+                loss="sparse_categorical_crossentropy",
+                metrics=["accuracy"],
+            )
             wire.set_model_weights(local, weights)
             segment.seed_everything(local, seed, iteration, key)
             for images, labels in buffers:
                 x = segment.to_model_input(images)
                 for start in range(0, len(x), BATCH):
-                    local.train_on_batch(x[start:start + BATCH], labels[start:start + BATCH])
+                    local.train_on_batch(x[start : start + BATCH], labels[start : start + BATCH])
             models.append(wire.flatten(local.get_weights()))
             counts.append(sum(len(labels) for _, labels in buffers))
         acc = sum(m.astype(np.float64) * n for m, n in zip(models, counts, strict=True))
@@ -129,12 +156,13 @@ def test_single_segment_equals_plain_keras(engine, schema, tables, data):
     plain.set_weights(model.get_weights())
     (buffers,) = shards(engine, schema, tables[1]).values()
     for _ in range(2):
-        plain.compile(optimizer=keras.optimizers.SGD(LEARNING_RATE),
-                      loss="sparse_categorical_crossentropy")
+        plain.compile(
+            optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="sparse_categorical_crossentropy"
+        )
         for images, labels in buffers:
             x = segment.to_model_input(images)
             for start in range(0, len(x), BATCH):
-                plain.train_on_batch(x[start:start + BATCH], labels[start:start + BATCH])
+                plain.train_on_batch(x[start : start + BATCH], labels[start : start + BATCH])
     np.testing.assert_allclose(
         wire.flatten(est.model_.get_weights()), wire.flatten(plain.get_weights()), atol=1e-6
     )
@@ -210,18 +238,36 @@ def test_predict_and_evaluate_in_the_database_equal_local(engine, schema, tables
 
 
 def test_validation_history_and_persistence(engine, schema, tables, tmp_path):
-    with estimator(engine, schema, tiny_cnn(), iterations=2, validation_table=tables["test"],
-                   metrics=("accuracy",)) as est:
+    with estimator(
+        engine,
+        schema,
+        tiny_cnn(),
+        iterations=2,
+        validation_table=tables["test"],
+        metrics=("accuracy",),
+    ) as est:
         est.fit(tables[2])
     row = est.history_[-1]
-    for key in ("iteration", "epoch", "images", "loss", "accuracy", "val_loss", "val_accuracy",
-                "seconds", "db_seconds"):
+    for key in (
+        "iteration",
+        "epoch",
+        "images",
+        "loss",
+        "accuracy",
+        "val_loss",
+        "val_accuracy",
+        "seconds",
+        "db_seconds",
+    ):
         assert key in row
     json.dumps(est.history_)  # plain values: CSV/JSON without pandas
     with engine.connect() as conn:
         stored = conn.execute(
-            sa.text(f"SELECT iteration, metrics FROM {schema}.run_iterations WHERE run_id = :r "
-                    "ORDER BY iteration"), {"r": est.run_id_}
+            sa.text(
+                f"SELECT iteration, metrics FROM {schema}.run_iterations WHERE run_id = :r "
+                "ORDER BY iteration"
+            ),
+            {"r": est.run_id_},
         ).all()
     assert [json.loads(m)["val_loss"] for _, m in stored] == [r["val_loss"] for r in est.history_]
     for name in ("model.keras", "model.weights.h5"):
@@ -234,8 +280,13 @@ def test_validation_history_and_persistence(engine, schema, tables, tmp_path):
 
 
 def test_errors_name_the_problem_before_training(engine, schema, tables):
-    wrong_input = keras.Sequential([keras.Input((9, 9, 1)), keras.layers.Flatten(),
-                                    keras.layers.Dense(3, activation="softmax")])
+    wrong_input = keras.Sequential(
+        [
+            keras.Input((9, 9, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
     with pytest.raises(ValueError, match="shape"):
         estimator(engine, schema, wrong_input).fit(tables[2])
     with pytest.raises(ValueError, match="output units"):
@@ -259,7 +310,39 @@ def test_diverging_run_stops_and_keeps_the_last_good_iteration(engine, schema, t
 
 
 def test_safe_mode_refuses_lambda_layers(engine, schema, tables):
-    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Lambda(lambda t: t * 2),
-                              keras.layers.Flatten(), keras.layers.Dense(3, activation="softmax")])
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Lambda(lambda t: t * 2),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
     with pytest.raises((TrainingError, ValueError), match="safe"):
         estimator(engine, schema, model).fit(tables[2])
+
+
+def test_predict_after_training_in_the_same_process_uses_the_given_weights():
+    """The in-database functions share one cached model per process: predicting with weights W,
+    training (which changes the cached model), then predicting with W again must load W again.
+    Plain Python: the same functions the server runs, called directly."""
+    model = tiny_cnn()
+    options = json.dumps(
+        {
+            "compile": {
+                "optimizer": keras.optimizers.serialize(keras.optimizers.SGD(0.5)),
+                "loss": "sparse_categorical_crossentropy",
+                "metrics": ["accuracy"],
+            },
+            "batch_size": 4,
+            "image_shape": [8, 8, 1],
+            "seed": 0,
+        }
+    )
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (8, 8, 8, 1), dtype=np.uint8).tobytes()
+    y = rng.integers(0, 3, 8).astype("<i4").tobytes()
+    weights = wire.model_to_bytes(model)
+    before = segment.predict(x, 8, model.to_json(), options, weights)
+    segment.train_transition(None, 0, x, y, 8, model.to_json(), options, weights, None, 8)
+    assert segment.predict(x, 8, model.to_json(), options, weights) == before
