@@ -20,6 +20,7 @@ $gpcnn converge "${mnist[@]}" --segments 2,4,8 --merge $rules --merges-per-epoch
 $gpcnn converge "${fashion[@]}" --segments 4 --merge single,none,average,bmuf,easgd \
   --merges-per-epoch 1
 $gpcnn converge "${fashion[@]}" --segments 2,8 --merge average --merges-per-epoch 1
+$gpcnn converge "${fashion[@]}" --segments 2 --merge none,bmuf,easgd --merges-per-epoch 1
 # Four merges per epoch against one (same epochs of data, four times the iterations).
 $gpcnn converge "${mnist[@]}" --segments 4 --merge $rules --merges-per-epoch 4
 $gpcnn converge "${fashion[@]}" --segments 4 --merge single,average --merges-per-epoch 4
