@@ -361,9 +361,8 @@ class GreenplumCNN(BaseEstimator):
         params = {k: v for k, v in self.get_params(deep=False).items() if k != "model"}
         if not isinstance(params["optimizer"], str):
             params["optimizer"] = segment.keras_module().optimizers.serialize(params["optimizer"])
-        for key in ("database",):
-            if isinstance(params[key], sa.Engine):
-                params[key] = params[key].url.render_as_string(hide_password=True)
+        if isinstance(params["database"], sa.Engine):
+            params["database"] = params["database"].url.render_as_string(hide_password=True)
         params["metrics"] = list(params["metrics"])
         params["validation_data"] = None if params["validation_data"] is None else "arrays"
         if isinstance(params["validation_table"], tuple):
