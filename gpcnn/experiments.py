@@ -173,6 +173,7 @@ def run_one(
             train,
             test,
             schema,
+            progress,
         )
     else:
         est = GreenplumCNN(
@@ -206,12 +207,20 @@ def _in_fresh_process(function, *args):
 
 
 def _run_sync(
-    url: str, spec: RunSpec, model_json: str, weights: bytes, train: str, test: str, schema: str
+    url: str,
+    spec: RunSpec,
+    model_json: str,
+    weights: bytes,
+    train: str,
+    test: str,
+    schema: str,
+    progress: bool,
 ) -> list[dict]:
     """Per-batch synchronous data parallelism over K logical CPUs on the same shuffled data,
     from the same starting weights (a batch of 32 per replica)."""
     configure_logical_cpus(spec.segments)
     import tensorflow as tf
+    from tqdm.auto import tqdm
 
     from .engines import connect
 
@@ -232,7 +241,8 @@ def _run_sync(
         )
     chunks = np.array_split(np.arange(len(x)), spec.merges_per_epoch)
     history = []
-    for iteration in range(1, spec.iterations + 1):
+    bar = tqdm(range(1, spec.iterations + 1), desc=spec.name, leave=False, disable=not progress)
+    for iteration in bar:
         started = time.perf_counter()
         part = chunks[(iteration - 1) % len(chunks)]
         logs = replica.fit(
@@ -256,6 +266,7 @@ def _run_sync(
                 "seconds": time.perf_counter() - started,
             }
         )
+        bar.set_postfix(val_accuracy=f"{history[-1]['val_accuracy']:.4f}")
     return history
 
 
@@ -272,14 +283,21 @@ def run_study(
     finished runs in ``out``."""
     from tqdm.auto import tqdm
 
-    from . import plots
-
     out = Path(out)
     cache: dict = {}
     bar = tqdm(specs, desc="study", unit="run", disable=not progress)
     for spec in bar:
         bar.set_postfix_str(spec.name)
         run_one(engine, spec, out, path=path, schema=schema, data_cache=cache, progress=progress)
+    return write_outputs(out)
+
+
+def write_outputs(out: str | Path) -> list[dict]:
+    """history.csv, the figures and report.md over every finished run in ``out``; no database
+    needed, so figures can be redrawn from the stored runs."""
+    from . import plots
+
+    out = Path(out)
     rows = collect(out)
     write_csv(rows, out / "history.csv")
     plots.write_figures(rows, out)

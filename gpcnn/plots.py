@@ -14,6 +14,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from .experiments import RULES
+
 PANELS = (
     ("loss", "training loss"),
     ("val_loss", "validation loss"),
@@ -58,8 +60,8 @@ def _groups(runs: dict[str, list[dict]]) -> dict[str, list[str]]:
         )
         if len({m["merges_per_epoch"] for m in mine.values()}) > 1 and ks:
             groups[f"{dataset}_merges_per_epoch"] = sorted(
-                (n for n, m in mine.items() if m["merge"] == "average" and m["segments"] == k_most),
-                key=lambda n: mine[n]["merges_per_epoch"],
+                (n for n, m in mine.items() if m["merge"] == "single" or m["segments"] == k_most),
+                key=lambda n: (RULES.index(mine[n]["merge"]), mine[n]["merges_per_epoch"]),
             )
     return {name: members for name, members in groups.items() if members}
 
@@ -76,7 +78,7 @@ def figures(rows: Sequence[dict]) -> dict[str, plt.Figure]:
                     points = [(r[x], r[metric]) for r in runs[run] if r.get(metric) is not None]
                     if points:
                         xs, ys = zip(*points, strict=True)
-                        ax.plot(xs, ys, marker="o", markersize=3, label=run)
+                        ax.plot(xs, ys, label=run, **_style(runs[run][0], members, runs))
                 ax.set_title(title)
                 ax.set_xlabel("epochs of data seen" if x == "epoch" else "iteration (merges)")
                 ax.grid(alpha=0.3)
@@ -85,6 +87,17 @@ def figures(rows: Sequence[dict]) -> dict[str, plt.Figure]:
             fig.tight_layout()
             out[name + suffix] = fig
     return out
+
+
+def _style(meta: dict, members: Sequence[str], runs: dict[str, list[dict]]) -> dict:
+    """Markers; where a figure compares merge frequencies, one colour per rule and a dashed
+    line for more than one merge per epoch, so each rule's pair reads at a glance."""
+    style = {"marker": "o", "markersize": 3}
+    if len({runs[n][0]["merges_per_epoch"] for n in members}) > 1:
+        style["color"] = f"C{RULES.index(meta['merge'])}"
+        style["linestyle"] = "-" if meta["merges_per_epoch"] == 1 else "--"
+        style["markersize"] = 2
+    return style
 
 
 def write_figures(rows: Sequence[dict], out: str | Path) -> list[Path]:

@@ -1,0 +1,72 @@
+"""The tables of docs/convergence.md, computed from a study's committed history.csv.
+
+    .venv/bin/python bench/study_tables.py docs/img/fashion-mnist/history.csv --target 0.87
+
+One table per number of merges per epoch; per run: validation accuracy after epochs 1, 5, 10, 20,
+validation loss at the last epoch, the first epoch at which validation accuracy reached the target,
+and the median seconds per iteration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+from gpcnn.experiments import RULES, read_csv
+
+EPOCHS = (1, 5, 10, 20)
+
+
+def runs_by_name(rows: list[dict]) -> dict[str, list[dict]]:
+    """Runs in the order of the rules, then K, then merges per epoch."""
+    runs: dict[str, list[dict]] = {}
+    for row in rows:
+        runs.setdefault(row["run"], []).append(row)
+    order = lambda h: (h[0]["merges_per_epoch"], RULES.index(h[0]["merge"]), h[0]["segments"])  # noqa: E731
+    return {h[0]["run"]: h for h in sorted(runs.values(), key=order)}
+
+
+def at_epoch(history: list[dict], epoch: float) -> dict | None:
+    return next((r for r in history if abs(r["epoch"] - epoch) < 1e-9), None)
+
+
+def epochs_to(history: list[dict], target: float) -> str:
+    reached = next((r["epoch"] for r in history if r["val_accuracy"] >= target), None)
+    return "—" if reached is None else f"{reached:g}"
+
+
+def table(rows: list[dict], target: float) -> str:
+    """One table of the runs with the same number of merges per epoch."""
+    head = " | ".join(f"epoch {e}" for e in EPOCHS)
+    lines = [
+        f"| run | {head} | val loss at {EPOCHS[-1]} | epochs to {target:.0%} | s / iteration |",
+        "|---|" + "---|" * (len(EPOCHS) + 3),
+    ]
+    for history in runs_by_name(rows).values():
+        first = history[0]
+        label = f"{first['merge']}, K = {first['segments']:g}"
+        cells = [at_epoch(history, e) for e in EPOCHS]
+        accuracy = ["" if r is None else f"{r['val_accuracy']:.4f}" for r in cells]
+        loss = "" if cells[-1] is None else f"{cells[-1]['val_loss']:.4f}"
+        seconds = statistics.median(r["seconds"] for r in history)
+        lines.append(
+            f"| {label} | {' | '.join(accuracy)} | {loss} | {epochs_to(history, target)} "
+            f"| {seconds:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("history", type=Path)
+    parser.add_argument("--target", type=float, default=0.87)
+    args = parser.parse_args()
+    rows = read_csv(args.history)
+    for merges in sorted({row["merges_per_epoch"] for row in rows}):
+        print(f"\nmerges per epoch = {merges:g}\n")
+        print(table([row for row in rows if row["merges_per_epoch"] == merges], args.target))
+
+
+if __name__ == "__main__":
+    main()
