@@ -16,12 +16,8 @@ fashion=(--dataset fashion-mnist --iterations 20 --out docs/img/fashion-mnist "$
 
 # MNIST (the real 5,000-digit sample): every rule at K = 2, 4, 8.
 $gpcnn converge "${mnist[@]}" --segments 2,4,8 --merge $rules --merges-per-epoch 1
-# Fashion-MNIST (60,000 / 10,000): every in-database rule at K = 2, 4, 8.
-$gpcnn converge "${fashion[@]}" --segments 2,4,8 --merge single,none,average,bmuf,easgd \
-  --merges-per-epoch 1
+# Fashion-MNIST (60,000 / 10,000): every rule at K = 2, 4, 8.
+$gpcnn converge "${fashion[@]}" --segments 2,4,8 --merge $rules --merges-per-epoch 1
 # Four merges per epoch against one (same epochs of data, four times the iterations).
 $gpcnn converge "${mnist[@]}" --segments 4 --merge $rules --merges-per-epoch 4
-$gpcnn converge "${fashion[@]}" --segments 4 --merge single,none,average,bmuf,easgd \
-  --merges-per-epoch 4
-# Per-batch synchronous training (MirroredStrategy on 4 logical CPUs) last: the slowest here.
-$gpcnn converge "${fashion[@]}" --segments 4 --merge sync --merges-per-epoch 1
+$gpcnn converge "${fashion[@]}" --segments 4 --merge $rules --merges-per-epoch 4
