@@ -119,6 +119,7 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
         batch_size=args.batch_size,
         seed=args.seed,
         model=args.model,
+        shuffle=args.shuffle,
     )
     print(f"convergence study: {len(specs)} runs into {args.out}/")
     run_study(engine, specs, args.out, path=getattr(args, "path", None), schema=args.schema)
@@ -208,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--learning-rate", type=float, default=0.05)
         p.add_argument("--batch-size", type=int, default=32)
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument(
+            "--shuffle",
+            action="store_true",
+            help="train each buffer in a new order every iteration (default: the stored order)",
+        )
         return p
 
     converge = with_study(

@@ -62,10 +62,12 @@ class RunSpec:
     learning_rate: float = 0.05
     batch_size: int = 32
     seed: int = 0
+    shuffle: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.dataset}-{self.merge}-k{self.segments}-m{self.merges_per_epoch}"
+        name = f"{self.dataset}-{self.merge}-k{self.segments}-m{self.merges_per_epoch}"
+        return name + "-shuffled" if self.shuffle else name
 
 
 def plan(
@@ -180,6 +182,7 @@ def run_one(
             model,
             learning_rate=spec.learning_rate,
             batch_size=spec.batch_size,
+            shuffle=spec.shuffle,
             iterations=spec.iterations,
             merges_per_epoch=spec.merges_per_epoch,
             merge="average" if spec.merge == "single" else spec.merge,
@@ -239,6 +242,7 @@ def _run_sync(
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
         )
+    keras.utils.set_random_seed(spec.seed)  # the order of `shuffle`
     chunks = np.array_split(np.arange(len(x)), spec.merges_per_epoch)
     history = []
     bar = tqdm(range(1, spec.iterations + 1), desc=spec.name, leave=False, disable=not progress)
@@ -250,7 +254,7 @@ def _run_sync(
             y[part],
             batch_size=spec.batch_size * spec.segments,
             epochs=1,
-            shuffle=False,
+            shuffle=spec.shuffle,
             verbose=0,
         ).history
         val = replica.evaluate(x_val, y_val, batch_size=1000, verbose=0, return_dict=True)
@@ -354,15 +358,15 @@ def write_csv(rows: Sequence[dict], path: Path) -> None:
 
 
 def read_csv(path: Path) -> list[dict]:
-    numeric = lambda v: float(v) if v not in ("",) else None  # noqa: E731
+    def value(key: str, text: str):
+        if key in ("run", "dataset", "merge", "model"):
+            return text
+        if key == "shuffle":
+            return text == "True"
+        return float(text) if text != "" else None
+
     with open(path, newline="") as f:
-        return [
-            {
-                k: (v if k in ("run", "dataset", "merge", "model") else numeric(v))
-                for k, v in row.items()
-            }
-            for row in csv.DictReader(f)
-        ]
+        return [{k: value(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def report(rows: Sequence[dict]) -> str:

@@ -154,6 +154,18 @@ def seed_everything(model: Any, seed: int | None, iteration: int, key: int) -> N
             var.assign(np.array([(derived + i) % (2**31), 0], dtype=var.dtype))
 
 
+def shuffled_order(n: int, seed: int | None, iteration: int, key: int, position: int) -> np.ndarray:
+    """The order in which one buffer's images are trained when ``shuffle`` is on: a new permutation
+    every iteration, as Keras's ``fit(shuffle=True)`` inside MADlib's transition gives, but
+    reproducible from (run seed, iteration, segment, images before this buffer). Without the
+    shuffle, every epoch ends on the same last batches, and the model measured at the end of an
+    epoch leans towards them."""
+    if seed is None:
+        return np.random.default_rng().permutation(n)
+    digest = hashlib.sha256(f"{seed}/{iteration}/{key}/{position}".encode()).digest()
+    return np.random.default_rng(int.from_bytes(digest[:8], "little")).permutation(n)
+
+
 # -- state encoding -----------------------------------------------------------------------------
 
 
@@ -192,11 +204,15 @@ def decode_result(data: bytes | memoryview) -> tuple[dict, np.ndarray | None]:
 # -- the aggregates -----------------------------------------------------------------------------
 
 
-def _over_batches(step, x: bytes, y: bytes, n: int, options: dict, batch_size: int, sums) -> None:
-    """Run ``step`` (``train_on_batch`` or ``test_on_batch``) over one buffer's mini-batches and
-    add each batch's loss and metrics, weighted by its images, to ``sums``."""
+def _over_batches(
+    step, x: bytes, y: bytes, n: int, options: dict, batch_size: int, sums, order=None
+) -> None:
+    """Run ``step`` (``train_on_batch`` or ``test_on_batch``) over one buffer's mini-batches, in
+    ``order`` if given, and add each batch's loss and metrics, weighted by its images, to ``sums``."""
     images = to_model_input(decode_images(x, n, options["image_shape"]))
     labels = decode_labels(y)
+    if order is not None:
+        images, labels = images[order], labels[order]
     for start in range(0, n, batch_size):
         stop = min(start + batch_size, n)
         logs = step(images[start:stop], labels[start:stop], return_dict=True)
@@ -232,7 +248,10 @@ def train_transition(
         seed_everything(model, options.get("seed"), options.get("iteration", 0), key)
     else:
         count, sums, _ = decode_state(state)
-    _over_batches(model.train_on_batch, x, y, n, options, int(options["batch_size"]), sums)
+    order = None
+    if options.get("shuffle"):
+        order = shuffled_order(n, options.get("seed"), options.get("iteration", 0), key, count)
+    _over_batches(model.train_on_batch, x, y, n, options, int(options["batch_size"]), sums, order)
     count += n
     if count > expected:
         raise SegmentError(f"segment {key} saw {count} images, more than the {expected} expected")

@@ -108,9 +108,10 @@ def shards(engine, schema, table):
     return out
 
 
-def reference(model, key_buffers, iterations, seed=None):
+def reference(model, key_buffers, iterations, seed=None, shuffle=False):
     """K copies from the same start, trained with train_on_batch on the same shards in the same
-    buffer order with a fresh optimizer each iteration, averaged by image count."""
+    buffer order (each buffer shuffled if ``shuffle``) with a fresh optimizer each iteration,
+    averaged by image count."""
     weights = wire.flatten(model.get_weights())
     for iteration in range(1, iterations + 1):
         models, counts = [], []
@@ -123,7 +124,12 @@ def reference(model, key_buffers, iterations, seed=None):
             )
             wire.set_model_weights(local, weights)
             segment.seed_everything(local, seed, iteration, key)
+            position = 0
             for images, labels in buffers:
+                if shuffle:
+                    order = segment.shuffled_order(len(labels), seed, iteration, key, position)
+                    images, labels = images[order], labels[order]
+                position += len(labels)
                 x = segment.to_model_input(images)
                 for start in range(0, len(x), BATCH):
                     local.train_on_batch(x[start : start + BATCH], labels[start : start + BATCH])
@@ -146,6 +152,20 @@ def test_merged_weights_equal_the_in_process_reference(engine, schema, tables, k
     assert [r["iteration"] for r in est.history_] == list(range(1, iterations + 1))
     assert est.history_[-1]["images"] == 150
     assert est.segments_ == k
+
+
+def test_shuffled_buffers_equal_the_reference_with_the_same_orders(engine, schema, tables):
+    model = tiny_cnn()
+    with estimator(engine, schema, model, iterations=2, shuffle=True) as est:
+        est.fit(tables[2])
+    got = wire.flatten(est.model_.get_weights())
+    key_buffers = shards(engine, schema, tables[2])
+    expected = reference(model, key_buffers, 2, seed=11, shuffle=True)
+    np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+    # The shuffle took effect, and a new order is drawn every iteration.
+    assert np.abs(got - reference(model, key_buffers, 2, seed=11)).max() > 1e-4
+    first, second = (segment.shuffled_order(50, 11, i, 0, 0) for i in (1, 2))
+    assert sorted(first) == list(range(50)) and not np.array_equal(first, second)
 
 
 def test_single_segment_equals_plain_keras(engine, schema, tables, data):
