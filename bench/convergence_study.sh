@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The convergence study behind docs/convergence.md (about 1.5 hours on 2 cores without its last line,
-# the per-batch sync run on Fashion-MNIST, which takes hours there; resumable: rerun it
-# and finished runs are reused, a half-done run continues from its last stored iteration).
-# Each part adds runs to its folder; the CSV, figures and report cover all finished runs there.
+# The convergence study behind docs/convergence.md: about 3 hours of runs on 2 cores. Resumable:
+# rerun it and finished runs are reused, a half-done in-database run continues from its last stored
+# iteration. Each part adds runs to its folder; the CSV, figures and report cover all finished runs
+# there. The tables in the docs come from `python bench/study_tables.py <folder>/history.csv`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gpcnn=".venv/bin/gpcnn"
@@ -21,3 +21,6 @@ $gpcnn converge "${fashion[@]}" --segments 2,4,8 --merge $rules --merges-per-epo
 # Four merges per epoch against one (same epochs of data, four times the iterations).
 $gpcnn converge "${mnist[@]}" --segments 4 --merge $rules --merges-per-epoch 4
 $gpcnn converge "${fashion[@]}" --segments 4 --merge $rules --merges-per-epoch 4
+# The stored-order caveat: one worker and the average again, with shuffled buffers.
+$gpcnn converge --dataset fashion-mnist --iterations 20 --out docs/img/fashion-mnist-shuffled \
+  "${schema[@]}" --shuffle --segments 2,4 --merge single,average --merges-per-epoch 1

@@ -190,3 +190,12 @@ def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, engine,
     # amplify to about 0.2 % here; a different batch or step count moves these by tens of percent.
     assert sync["loss"] == pytest.approx(fitted.history["loss"][0], rel=1e-3)
     assert sync["val_loss"] == pytest.approx(val_loss, rel=1e-2)
+
+
+def test_shuffled_runs_have_their_own_names_and_read_back_from_the_csv(tmp_path):
+    specs = experiments.plan("mnist-sample", [2], ["average"], [1], 1, shuffle=True)
+    assert [s.name for s in specs] == ["mnist-sample-average-k2-m1-shuffled"]
+    row = {"run": specs[0].name, "dataset": "mnist-sample", "merge": "average", "shuffle": True}
+    experiments.write_csv([row, {**row, "shuffle": False}], tmp_path / "history.csv")
+    back = experiments.read_csv(tmp_path / "history.csv")
+    assert [r["shuffle"] for r in back] == [True, False]
