@@ -4,7 +4,9 @@
 
 One table per number of merges per epoch; per run: validation accuracy after epochs 1, 5, 10, 20,
 validation loss at the last epoch, the first epoch at which validation accuracy reached the target,
-and the median seconds per iteration.
+and the median seconds per iteration. Then, over the last five epochs, each run's mean validation
+accuracy and loss and the accuracy's range, and for runs with several merges per epoch the mean between
+whole epochs (the stored-order caveat of docs/convergence.md).
 """
 
 from __future__ import annotations
@@ -57,6 +59,26 @@ def table(rows: list[dict], target: float) -> str:
     return "\n".join(lines)
 
 
+def late_table(rows: list[dict], last: int = 5) -> str:
+    """Mean and range over the last ``last`` epochs: one noisy end point says little."""
+    lines = [
+        f"| run | mean val accuracy at the last {last} whole epochs (range) | mean val loss "
+        "| mean val accuracy between them |",
+        "|---|---|---|---|",
+    ]
+    for name, history in runs_by_name(rows).items():
+        final = history[-1]["epoch"]
+        late = [r for r in history if r["epoch"] > final - last]
+        between = [r["val_accuracy"] for r in late if r["epoch"] != int(r["epoch"])]
+        accuracy = [r["val_accuracy"] for r in late if r["epoch"] == int(r["epoch"])]
+        loss = [r["val_loss"] for r in late if r["epoch"] == int(r["epoch"])]
+        lines.append(
+            f"| {name} | {statistics.mean(accuracy):.4f} ({min(accuracy):.3f}–{max(accuracy):.3f}) "
+            f"| {statistics.mean(loss):.4f} | {f'{statistics.mean(between):.4f}' if between else ''} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("history", type=Path)
@@ -66,6 +88,8 @@ def main() -> None:
     for merges in sorted({row["merges_per_epoch"] for row in rows}):
         print(f"\nmerges per epoch = {merges:g}\n")
         print(table([row for row in rows if row["merges_per_epoch"] == merges], args.target))
+    print("\nlast five epochs\n")
+    print(late_table(rows))
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ def figures(rows: Sequence[dict]) -> dict[str, plt.Figure]:
     runs = _runs(rows)
     out = {}
     for name, members in _groups(runs).items():
+        by_frequency = len({runs[n][0]["merges_per_epoch"] for n in members}) > 1
         for x, suffix in (("iteration", ""), ("epoch", "_epochs")):
             fig, axes = plt.subplots(1, len(PANELS), figsize=(15, 4.2))
             for ax, (metric, title) in zip(axes, PANELS, strict=True):
@@ -78,7 +79,7 @@ def figures(rows: Sequence[dict]) -> dict[str, plt.Figure]:
                     points = [(r[x], r[metric]) for r in runs[run] if r.get(metric) is not None]
                     if points:
                         xs, ys = zip(*points, strict=True)
-                        ax.plot(xs, ys, label=run, **_style(runs[run][0], members, runs))
+                        ax.plot(xs, ys, label=run, **_style(runs[run][0], by_frequency))
                 ax.set_title(title)
                 ax.set_xlabel("epochs of data seen" if x == "epoch" else "iteration (merges)")
                 ax.grid(alpha=0.3)
@@ -89,11 +90,11 @@ def figures(rows: Sequence[dict]) -> dict[str, plt.Figure]:
     return out
 
 
-def _style(meta: dict, members: Sequence[str], runs: dict[str, list[dict]]) -> dict:
+def _style(meta: dict, by_frequency: bool) -> dict:
     """Markers; where a figure compares merge frequencies, one colour per rule and a dashed
     line for more than one merge per epoch, so each rule's pair reads at a glance."""
     style = {"marker": "o", "markersize": 3}
-    if len({runs[n][0]["merges_per_epoch"] for n in members}) > 1:
+    if by_frequency:
         style["color"] = f"C{RULES.index(meta['merge'])}"
         style["linestyle"] = "-" if meta["merges_per_epoch"] == 1 else "--"
         style["markersize"] = 2
