@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PG_MAJOR = 15
-SERVER_USER = "gpcnn"
+SERVER_USER = "gpcnn"  # the OS user that runs the server when the client is root
 SUPERUSER = "gpcnn"
 DATABASE = "gpcnn"
 
@@ -40,7 +40,7 @@ SERVER_SETTINGS = {
     "shared_buffers": "128MB",
     "synchronous_commit": "off",
     # One partition per segment, one session per partition: parallel query would re-import TF in
-    # throw-away workers and could train one model across partitions (DESIGN.md, Engines).
+    # throw-away workers and could train one model across partitions (docs/design.md, Engines).
     "max_parallel_workers_per_gather": "0",
     "log_min_messages": "warning",
     "timezone": "UTC",
@@ -94,9 +94,17 @@ def bin_dir() -> Path:
     return path
 
 
+def server_user() -> str:
+    """Who runs the server: this OS user; as root, ``$GPCNN_SERVER_USER`` or ``gpcnn`` (an ordinary
+    system user, created on first use: PostgreSQL refuses to run as root)."""
+    if os.geteuid() == 0:
+        return os.environ.get("GPCNN_SERVER_USER") or SERVER_USER
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
 def cluster() -> Cluster:
-    """The cluster for this OS user; as root, the cluster of the ordinary user ``gpcnn``."""
-    user = SERVER_USER if os.geteuid() == 0 else pwd.getpwuid(os.geteuid()).pw_name
+    """The cluster for this OS user; as root, the cluster of the server user."""
+    user = server_user()
     if "GPCNN_HOME" in os.environ:
         home = Path(os.environ["GPCNN_HOME"])
     elif os.geteuid() == 0:
@@ -107,27 +115,32 @@ def cluster() -> Cluster:
     return Cluster(home=home, user=user)
 
 
-def _ensure_server_user() -> None:
+def _ensure_server_user(c: Cluster) -> None:
+    """The server's OS user, created without a home: the server's HOME is the cluster's
+    ``server-home`` folder, passed in its environment."""
     try:
-        pwd.getpwnam(SERVER_USER)
+        pwd.getpwnam(c.user)
     except KeyError:
         subprocess.run(
             [
                 "useradd",
                 "--system",
+                "--no-create-home",
                 "--home-dir",
-                "/var/lib/gpcnn",
+                str(c.home / "server-home"),
                 "--shell",
                 "/usr/sbin/nologin",
-                SERVER_USER,
+                c.user,
             ],
             check=True,
         )
 
 
 def _as_server_user(c: Cluster, argv: list[str]) -> list[str]:
+    # --preserve-environment: runuser would otherwise reset HOME to the user's passwd entry, a
+    # folder that need not exist, and TensorFlow and Keras write under HOME.
     if os.geteuid() == 0:
-        return ["runuser", "-u", c.user, "--", *argv]
+        return ["runuser", "--preserve-environment", "-u", c.user, "--", *argv]
     return argv
 
 
@@ -195,7 +208,7 @@ def init(c: Cluster | None = None) -> Cluster:
     """Create the cluster's data directory once (``initdb``); no-op when it exists."""
     c = c or cluster()
     if os.geteuid() == 0:
-        _ensure_server_user()
+        _ensure_server_user(c)
     version_file = c.data_dir / "PG_VERSION"
     if version_file.exists():
         found = version_file.read_text().strip()
