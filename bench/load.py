@@ -30,7 +30,6 @@ import sqlalchemy as sa
 
 import gpcnn
 from gpcnn import datasets, tables
-from gpcnn.engines import backend_for
 
 SCHEMA = "gpcnn_bench"
 TARGET_MBS = 100.0
@@ -66,19 +65,15 @@ def time_raw_copy(engine: sa.Engine, backend, data: bytes) -> float:
     try:
         start = time.perf_counter()
         with conn.cursor() as cursor:
-            cursor.copy_expert(
-                f"COPY {raw.sql(backend)} (__dist_key__, buffer_id, n, x, y) "
-                "FROM STDIN WITH (FORMAT binary)",
-                io.BytesIO(data),
-                size=1 << 20,
-            )
+            cursor.copy_expert(backend.copy_sql(raw), io.BytesIO(data), size=1 << 20)
         conn.commit()
         return time.perf_counter() - start
     finally:
         conn.close()
 
 
-def time_load(engine: sa.Engine, backend, x, y, segments: int, seed: int) -> float:
+def time_load(db: gpcnn.Database, x, y, segments: int, seed: int) -> float:
+    engine, backend = db.engine, db.backend
     table = tables.TableName(SCHEMA, f"fashion_k{segments}")
     with engine.begin() as conn:
         conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {backend.quote(SCHEMA)}")
@@ -86,7 +81,7 @@ def time_load(engine: sa.Engine, backend, x, y, segments: int, seed: int) -> flo
     _checkpoint(engine)
     start = time.perf_counter()
     info = tables.load_images(
-        engine,
+        db,
         table,
         x,
         y,
@@ -94,7 +89,6 @@ def time_load(engine: sa.Engine, backend, x, y, segments: int, seed: int) -> flo
         seed=seed,
         replace=True,
         progress=False,
-        schema=SCHEMA,
         source="bench/load.py",
     )
     elapsed = time.perf_counter() - start
@@ -120,8 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     payload = x.size * np.dtype(np.uint8).itemsize + len(y) * np.dtype("<i4").itemsize
     mb = payload / 1e6
 
-    engine = gpcnn.connect(args.database)
-    backend = backend_for(engine, SCHEMA)
+    db = gpcnn.connect(args.database, schema=SCHEMA)
+    engine, backend = db.engine, db.backend
     with engine.connect() as conn:
         version = conn.execute(sa.text("SELECT version()")).scalar()
     print(f"machine: {machine()}")
@@ -137,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         # the raw COPY sends the rows of the first K (a different K only regroups the rows)
         times["raw"].append(time_raw_copy(engine, backend, raw_bytes[args.segments[0]]))
         for k in args.segments:
-            times[f"k{k}"].append(time_load(engine, backend, x, y, k, args.seed))
+            times[f"k{k}"].append(time_load(db, x, y, k, args.seed))
 
     raw_rate = mb / statistics.median(times["raw"])
     print("| what | segments | median s | median MB/s | runs (MB/s) | × raw COPY |")
@@ -163,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     with engine.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {backend.quote(SCHEMA)} CASCADE")
-    engine.dispose()
+    db.close()
     return 0 if ok else 1
 
 

@@ -34,13 +34,13 @@ def main() -> None:
     parser.add_argument("--out", default="fashion_mnist_history.csv", help="history CSV file")
     args = parser.parse_args()
 
-    engine = gpcnn.connect(args.database)
-    print(f"gpcnn {gpcnn.install(engine)} installed")  # creates or upgrades the SQL functions
+    db = gpcnn.connect(args.database)
+    print(f"gpcnn {gpcnn.install(db)} installed")  # creates or upgrades the SQL functions
     data = load_fashion_mnist()
     splits = {TRAIN_TABLE: (data.x_train, data.y_train), TEST_TABLE: (data.x_test, data.y_test)}
     for table, (x, y) in splits.items():
         info = gpcnn.load_images(
-            engine, table, x, y, segments=args.segments, class_names=data.class_names, replace=True
+            db, table, x, y, segments=args.segments, class_names=data.class_names, replace=True
         )
         print(f"loaded {info.images:,} images into {table}: {info.images_per_segment} per segment")
 
@@ -50,7 +50,7 @@ def main() -> None:
         iterations=args.iterations,
         validation_table=TEST_TABLE,
         seed=0,
-        database=engine,
+        database=db,
     )
     with estimator:
         estimator.fit(TRAIN_TABLE)
@@ -68,7 +68,7 @@ def main() -> None:
         writer.writeheader()
         writer.writerows(estimator.history_)
     print(f"run {estimator.run_id_}: history written to {args.out}")
-    engine.dispose()
+    db.close()
 
 
 if __name__ == "__main__":

@@ -1,15 +1,17 @@
 """gpcnn: train one Keras CNN data-parallel across the segments of a Greenplum-family database."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-from .engines import connect
+from .engines import Database, connect
 from .environment import check_environment
 from .estimator import GreenplumCNN, TrainingError
-from .install import install
-from .tables import ImageTable, TableError, load_images, read_images
+from .install import install, uninstall
+from .runs import delete_runs, list_runs, show_run
+from .tables import ImageTable, TableError, drop_table, list_tables, load_images, read_images
 from .tables import describe as describe_table
 
 __all__ = [
+    "Database",
     "GreenplumCNN",
     "ImageTable",
     "TableError",
@@ -17,8 +19,14 @@ __all__ = [
     "__version__",
     "check_environment",
     "connect",
+    "delete_runs",
     "describe_table",
+    "drop_table",
     "install",
+    "list_runs",
+    "list_tables",
     "load_images",
     "read_images",
+    "show_run",
+    "uninstall",
 ]

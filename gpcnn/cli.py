@@ -11,10 +11,10 @@ from . import embedded
 from .datasets import DATASET_NAMES, load_by_name
 
 
-def _engine(args: argparse.Namespace):
+def _db(args: argparse.Namespace):
     from . import connect
 
-    return connect(getattr(args, "database", None))
+    return connect(args.database, schema=args.schema, dispatch=args.dispatch)
 
 
 def cmd_db(args: argparse.Namespace) -> int:
@@ -37,7 +37,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .environment import check_environment
 
-    report = check_environment(_engine(args), args.schema)
+    report = check_environment(_db(args))
     print(json.dumps(report.as_dict(), indent=2) if args.json else report)
     return 0
 
@@ -45,14 +45,68 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_install(args: argparse.Namespace) -> int:
     from .install import install
 
-    print(f"installed gpcnn {install(_engine(args), args.schema)} into schema {args.schema!r}")
+    print(f"installed gpcnn {install(_db(args))} into schema {args.schema!r}")
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from .install import uninstall
+
+    uninstall(_db(args), keep_data=args.keep_data)
+    kept = " (runs and catalog kept)" if args.keep_data else ""
+    print(f"removed gpcnn from schema {args.schema!r}{kept}")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from . import runs
+
+    db = _db(args)
+    if args.action == "list":
+        rows = runs.list_runs(db)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        print(f"{'run':>5}  {'status':<13} {'merge':<8} {'its':>4} {'stored':>10}  table")
+        for r in rows:
+            stored = f"{r['stored_bytes'] / 1e6:.1f} MB"
+            print(
+                f"{r['run_id']:>5}  {r['status']:<13} {r['merge']!s:<8} {r['iterations']:>4} "
+                f"{stored:>10}  {r['table']}"
+            )
+        return 0
+    if not args.run_ids:
+        raise ValueError(f"gpcnn runs {args.action} needs run ids")
+    if args.action == "show":
+        for run_id in args.run_ids:
+            print(json.dumps(runs.show_run(db, run_id), indent=1))
+    else:
+        print(f"deleted {runs.delete_runs(db, args.run_ids)} run(s)")
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    from .tables import drop_table, list_tables
+
+    db = _db(args)
+    if args.action == "list":
+        for info in list_tables(db):
+            shape = "x".join(map(str, info.image_shape))
+            print(
+                f"{info.table}  {info.images:,} images {shape}, {info.num_classes} classes, "
+                f"{info.segments} segments"
+            )
+        return 0
+    if not args.tables:
+        raise ValueError("gpcnn tables drop needs table names")
+    for table in args.tables:
+        if drop_table(db, table, missing_ok=args.missing_ok):
+            print(f"dropped {table}")
     return 0
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    import sqlalchemy as sa
-
-    from .engines import backend_for
+    from .engines import catalog
     from .tables import TableName, load_images
 
     if args.dataset == "mnist-sample" and args.path is not None:
@@ -66,49 +120,41 @@ def cmd_load(args: argparse.Namespace) -> int:
         "train": TableName.parse(args.train_table or base.with_suffix("_train")),
         "test": TableName.parse(args.test_table or base.with_suffix("_test")),
     }
-    engine = _engine(args)
-    try:
-        if not args.replace:  # fail before loading either split, not between them
-            backend = backend_for(engine, args.schema)
-            with engine.connect() as conn:
-                for table in targets.values():
-                    if conn.execute(
-                        sa.text("SELECT to_regclass(:t)"), {"t": table.sql(backend)}
-                    ).scalar():
-                        raise ValueError(f"table {table} exists: pass --replace to reload it")
-        data, source = load_by_name(args.dataset, args.path)
-        for split, table in targets.items():
-            x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
-            info = load_images(
-                engine,
-                table,
-                x,
-                y,
-                segments=args.segments,
-                buffer_size=args.buffer_size,
-                class_names=data.class_names,
-                seed=args.seed,
-                replace=args.replace,
-                progress=not args.quiet,
-                schema=args.schema,
-                source=f"{source}, {split} split",
-            )
-            counts = ", ".join(f"{c:,}" for c in info.images_per_segment)
-            print(
-                f"{split}: {info.images:,} images {'x'.join(map(str, info.image_shape))} "
-                f"-> {info.table} ({info.segments} segments: {counts}; "
-                f"buffers of <= {info.buffer_size:,}; {info.num_classes} classes)"
-            )
-    finally:
-        engine.dispose()
+    db = _db(args)
+    if not args.replace:  # fail before loading either split, not between them
+        with db.connect() as conn:
+            for table in targets.values():
+                if catalog.relation_exists(conn, table.sql(db.backend)):
+                    raise ValueError(f"table {table} exists: pass --replace to reload it")
+    data, source = load_by_name(args.dataset, args.path)
+    for split, table in targets.items():
+        x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
+        info = load_images(
+            db,
+            table,
+            x,
+            y,
+            segments=args.segments,
+            buffer_size=args.buffer_size,
+            class_names=data.class_names,
+            seed=args.seed,
+            replace=args.replace,
+            progress=not args.quiet,
+            source=f"{source}, {split} split",
+        )
+        counts = ", ".join(f"{c:,}" for c in info.images_per_segment)
+        print(
+            f"{split}: {info.images:,} images {'x'.join(map(str, info.image_shape))} "
+            f"-> {info.table} ({info.segments} segments: {counts}; "
+            f"buffers of <= {info.buffer_size:,}; {info.num_classes} classes)"
+        )
     return 0
 
 
 def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epochs) -> int:
-    from . import connect
     from .experiments import plan, run_study
 
-    engine = connect(args.database)
+    db = _db(args)
     specs = plan(
         dataset,
         segments,
@@ -122,7 +168,7 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
         shuffle=args.shuffle,
     )
     print(f"convergence study: {len(specs)} runs into {args.out}/")
-    run_study(engine, specs, args.out, path=getattr(args, "path", None), schema=args.schema)
+    run_study(db, specs, args.out, path=getattr(args, "path", None))
     out = Path(args.out).resolve()
     print(f"history: {out / 'history.csv'}\nreport:  {out / 'report.md'}")
     print("figures:\n" + "\n".join(f"  {p}" for p in sorted(out.glob("*.png"))))
@@ -143,12 +189,12 @@ def cmd_converge(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """A short preset of the study: one worker, and K=4 without merge, with MADlib's average and
     with BMUF, on real Fashion-MNIST in the embedded database."""
-    from . import connect, install
+    from . import install
     from .environment import check_environment
 
-    engine = connect(args.database)
-    install(engine, args.schema)  # the quick start sets everything up, upgrades included
-    print(check_environment(engine, args.schema), end="\n\n")
+    db = _db(args)
+    install(db)  # the quick start sets everything up, upgrades included
+    print(check_environment(db), end="\n\n")
     return _study(
         args, "fashion-mnist", [4], ["single", "none", "average", "bmuf"], [1], args.iterations
     )
@@ -168,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
             help="SQLAlchemy URL (default: $GPCNN_DATABASE_URL, else the embedded PostgreSQL)",
         )
         p.add_argument("--schema", default="gpcnn", help="schema of gpcnn's own objects")
+        p.add_argument(
+            "--dispatch",
+            choices=["sessions", "statement"],
+            help="how iterations reach the segments (default: the engine's own; 'statement' "
+            "runs PostgreSQL as Greenplum does)",
+        )
         return p
 
     db = sub.add_parser("db", help="the embedded PostgreSQL cluster")
@@ -180,6 +232,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     inst = with_database(sub.add_parser("install", help="install or upgrade gpcnn's functions"))
     inst.set_defaults(func=cmd_install)
+
+    uninst = with_database(sub.add_parser("uninstall", help="remove gpcnn's functions and tables"))
+    uninst.add_argument("--keep-data", action="store_true", help="keep runs and the catalog")
+    uninst.set_defaults(func=cmd_uninstall)
+
+    runs = with_database(sub.add_parser("runs", help="stored runs: list, show, delete"))
+    runs.add_argument("action", choices=["list", "show", "delete"])
+    runs.add_argument("run_ids", nargs="*", type=int)
+    runs.add_argument("--json", action="store_true", help="list as JSON")
+    runs.set_defaults(func=cmd_runs)
+
+    tables = with_database(sub.add_parser("tables", help="image tables: list, drop"))
+    tables.add_argument("action", choices=["list", "drop"])
+    tables.add_argument("tables", nargs="*", help="tables to drop ([schema.]name)")
+    tables.add_argument("--missing-ok", action="store_true", help="no error for absent tables")
+    tables.set_defaults(func=cmd_tables)
 
     load = with_database(
         sub.add_parser("load", help="load a standard image dataset into segment tables")

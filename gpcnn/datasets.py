@@ -5,7 +5,9 @@ access, so each loader reads the official file format from a local path and, whe
 are missing, says where it looked and how to get them.
 
 Images come back as uint8 arrays shaped (N, H, W) for grayscale or (N, H, W, C) for colour,
-labels as 1-D int64 arrays.
+labels as 1-D int64 arrays. The exception is ``load_image_folder``, for folders of PNG and JPEG
+files too large to hold at once: it lists the files and decodes them only chunk by chunk, as
+(n, H, W, C) arrays with C = 1 for grayscale and C = 3 for colour.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -127,6 +129,113 @@ def load_cifar10(path: str | os.PathLike[str]) -> Dataset:
     x_train = np.concatenate([x for x, _ in batches])
     y_train = np.concatenate([y for _, y in batches])
     return Dataset("cifar10", x_train, y_train, x_test, y_test, class_names)
+
+
+IMAGE_FOLDER_EXTENSIONS = (".png", ".jpg", ".jpeg")
+IMAGE_FOLDER_COLORS = ("rgb", "gray")
+
+
+@dataclass(frozen=True)
+class ImageFolder:
+    """A folder of class sub-folders of images, listed but not yet decoded.
+
+    ``files`` holds every image as (path, label) in the shuffled order that ``chunks`` and
+    ``to_arrays`` follow; a label is the index of its class in ``class_names``. Nothing is
+    decoded until ``chunks`` is iterated. Build one with ``load_image_folder``.
+    """
+
+    path: Path
+    class_names: tuple[str, ...]
+    files: tuple[tuple[Path, int], ...] = field(repr=False)  # can be millions long
+    image_shape: tuple[int, int, int]
+    color: str = "rgb"
+    chunk_size: int = 1024
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def chunks(self, progress: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Decode the images in order, yielding (x, y) for at most ``chunk_size`` at a time.
+
+        x is a uint8 array (n, H, W, C) and y the int64 labels. Only the chunk being filled is
+        held here, so memory stays bounded by one chunk however large the folder (plus what the
+        caller keeps). A file that Pillow cannot decode raises DatasetError naming it, when
+        its chunk is reached. ``progress`` shows a tqdm bar over the files.
+        """
+        from tqdm.auto import tqdm
+
+        with tqdm(
+            total=len(self.files),
+            unit="file",
+            desc=f"reading {self.path.name or self.path}",
+            disable=not progress,
+            leave=False,
+        ) as bar:
+            for start in range(0, len(self.files), self.chunk_size):
+                batch = self.files[start : start + self.chunk_size]
+                x = np.empty((len(batch), *self.image_shape), np.uint8)
+                for row, (file, _) in enumerate(batch):
+                    x[row] = _decode_image(file, self.image_shape, self.color)
+                    bar.update(1)
+                y = np.fromiter((label for _, label in batch), np.int64, len(batch))
+                yield x, y
+                del x, y  # drop this chunk before the next one is allocated
+
+    def to_arrays(self, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """Decode every image at once into (x, y): only for folders that fit in memory."""
+        x = np.empty((len(self.files), *self.image_shape), np.uint8)
+        y = np.empty(len(self.files), np.int64)
+        start = 0
+        for x_chunk, y_chunk in self.chunks(progress):
+            x[start : start + len(x_chunk)] = x_chunk
+            y[start : start + len(y_chunk)] = y_chunk
+            start += len(x_chunk)
+        return x, y
+
+
+def load_image_folder(
+    path: str | os.PathLike[str],
+    size: tuple[int, int],
+    color: str = "rgb",
+    *,
+    seed: int = 0,
+    chunk_size: int = 1024,
+) -> ImageFolder:
+    """List a folder of PNG and JPEG images, one sub-folder per class, without decoding them.
+
+    ``path`` holds one sub-folder per class: the class names are the sub-folder names, sorted,
+    and an image's label is its class's index in that order. Each class folder's images are
+    the files directly inside it whose names end in .png, .jpg or .jpeg (in any case); they
+    are opened as PNG or JPEG only, whatever the extension says. Other files are ignored, as
+    are sub-folders inside a class folder (their images are not read), files lying directly
+    in ``path``, and every file or folder whose name starts with ".". At least two classes
+    are needed, each with at least one image.
+
+    The list is sorted, then shuffled with ``np.random.default_rng(seed)``, so the order
+    depends on ``seed`` alone. Images are decoded only when ``ImageFolder.chunks`` is
+    iterated: each is converted with Pillow to RGB (``color="rgb"``, C = 3; an alpha channel
+    is dropped, not composited) or to 8-bit grayscale (``color="gray"``, mode L, C = 1), then
+    resized to exactly ``size`` = (H, W) with ``Image.Resampling.BILINEAR``. The aspect ratio
+    is not kept: images of another shape are stretched. EXIF orientation is not applied.
+    """
+    height, width = _image_size(size)
+    if color not in IMAGE_FOLDER_COLORS:
+        raise DatasetError(f"color must be one of {IMAGE_FOLDER_COLORS}, not {color!r}")
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int | np.integer):
+        raise DatasetError(f"chunk_size must be a positive integer, not {chunk_size!r}")
+    if chunk_size < 1:
+        raise DatasetError(f"chunk_size must be a positive integer, not {chunk_size}")
+    path = Path(path)
+    class_names, listed = _list_image_folder(path)
+    order = np.random.default_rng(seed).permutation(len(listed))
+    return ImageFolder(
+        path=path,
+        class_names=class_names,
+        files=tuple(listed[i] for i in order),
+        image_shape=(height, width, 3 if color == "rgb" else 1),
+        color=color,
+        chunk_size=int(chunk_size),
+    )
 
 
 DATASET_NAMES = ("fashion-mnist", "mnist", "mnist-sample", "cifar10")
@@ -342,3 +451,76 @@ def _cifar_batch(source: str, raw: bytes, n_classes: int) -> tuple[np.ndarray, n
         raise DatasetError(f"{source}: b'labels' is not a list of integers")
     images = data.reshape(-1, 3, _CIFAR_SIDE, _CIFAR_SIDE).transpose(0, 2, 3, 1)
     return _checked_pair(np.ascontiguousarray(images), labels, n_classes, source)
+
+
+# --- Image folders --------------------------------------------------------------------------
+
+
+def _image_size(size: object) -> tuple[int, int]:
+    """Check that size is (H, W): two positive integers."""
+    if (
+        isinstance(size, str | bytes)
+        or not hasattr(size, "__len__")
+        or len(size) != 2
+        or not all(
+            isinstance(side, int | np.integer) and not isinstance(side, bool) and side > 0
+            for side in size
+        )
+    ):
+        raise DatasetError(f"size must be (height, width), two positive integers, not {size!r}")
+    return int(size[0]), int(size[1])
+
+
+def _visible(entries: Iterator[Path]) -> list[Path]:
+    return sorted(entry for entry in entries if not entry.name.startswith("."))
+
+
+def _list_image_folder(path: Path) -> tuple[tuple[str, ...], list[tuple[Path, int]]]:
+    """Class names and every (image file, label), sorted by class then file name."""
+    if not path.exists():
+        raise DatasetError(f"{path}: no such folder (expected one sub-folder of images per class)")
+    if not path.is_dir():
+        raise DatasetError(f"{path}: not a folder (expected one sub-folder of images per class)")
+    try:
+        class_dirs = [entry for entry in _visible(path.iterdir()) if entry.is_dir()]
+        if not class_dirs:
+            raise DatasetError(
+                f"{path}: no class sub-folders; put each class's PNG or JPEG images in a "
+                "sub-folder named after the class"
+            )
+        if len(class_dirs) == 1:
+            raise DatasetError(
+                f"{path}: only one class sub-folder ({class_dirs[0].name!r}); a classifier "
+                "needs at least two"
+            )
+        listed: list[tuple[Path, int]] = []
+        for label, class_dir in enumerate(class_dirs):
+            images = [
+                entry
+                for entry in _visible(class_dir.iterdir())
+                if entry.suffix.lower() in IMAGE_FOLDER_EXTENSIONS and entry.is_file()
+            ]
+            if not images:
+                raise DatasetError(
+                    f"{class_dir}: class {class_dir.name!r} has no images (files ending in "
+                    f"{', '.join(IMAGE_FOLDER_EXTENSIONS)} directly in its folder)"
+                )
+            listed += [(image, label) for image in images]
+    except OSError as exc:
+        raise DatasetError(f"{path}: cannot list the image folder ({exc})") from exc
+    return tuple(entry.name for entry in class_dirs), listed
+
+
+def _decode_image(file: Path, shape: tuple[int, int, int], color: str) -> np.ndarray:
+    """One image as a uint8 array of ``shape`` (H, W, C), converted and resized by Pillow."""
+    from PIL import Image  # imported here: only the image-folder reader needs Pillow
+
+    height, width, channels = shape
+    try:
+        with Image.open(file, formats=("PNG", "JPEG")) as image:
+            converted = image.convert("RGB" if color == "rgb" else "L")
+        resized = converted.resize((width, height), Image.Resampling.BILINEAR)  # PIL: (W, H)
+        pixels = np.asarray(resized, np.uint8)
+    except Exception as exc:  # a corrupt image can fail with almost any exception type
+        raise DatasetError(f"{file}: cannot decode as a PNG or JPEG image ({exc})") from exc
+    return pixels.reshape(height, width, channels)

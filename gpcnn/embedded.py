@@ -407,6 +407,15 @@ def status(c: Cluster | None = None) -> dict:
     return info
 
 
+def configured_url() -> str | None:
+    """The embedded cluster's URL if it was ever initialised here (nothing is started)."""
+    c = cluster()
+    try:
+        return c.url()
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def url() -> str:
     """The URL of the embedded cluster, started (and created) if needed."""
     c = start()

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import sqlalchemy as sa
 
-from .engines import backend_for
+from .engines import Database, connect
 from .install import InstallError, ensure_installed, ensure_plpython
 
 
@@ -17,6 +17,7 @@ class ServerPythonError(InstallError):
 @dataclass
 class EnvironmentReport:
     engine_kind: str
+    dispatch: str
     server_version: str
     segments: int
     installed: str
@@ -27,25 +28,28 @@ class EnvironmentReport:
 
     def __str__(self) -> str:
         lines = [
-            f"engine:   {self.engine_kind} ({self.server_version.split(' on ')[0]})",
+            f"engine:   {self.engine_kind} ({self.server_version.split(' on ')[0]}), "
+            f"dispatch: {self.dispatch}",
             f"segments: {self.segments} (default K for new image tables)",
             f"gpcnn:    {self.installed} installed",
         ]
         for p in self.probes:
             where = "server" if p["segment"] < 0 else f"segment {p['segment']}"
+            threads = p["tf_threads"] or "TensorFlow's default"
             lines.append(
                 f"{where}: Python {p['python']}, TensorFlow {p['tensorflow']}, Keras {p['keras']}, "
-                f"numpy {p['numpy']}, {p['cpu_count']} CPUs, TF threads {p['tf_threads']}"
+                f"numpy {p['numpy']}, {p['cpu_count']} CPUs, TF threads: {threads}"
             )
         return "\n".join(lines)
 
 
-def check_environment(engine: sa.Engine, schema: str = "gpcnn") -> EnvironmentReport:
+def check_environment(db: Database | str | None = None) -> EnvironmentReport:
     """Probe every segment's Python; raise one actionable error for each missing piece."""
-    with engine.begin() as conn:
+    db = connect(db)
+    with db.begin() as conn:
         ensure_plpython(conn)
-    installed = ensure_installed(engine, schema)
-    backend = backend_for(engine, schema)
+    installed = ensure_installed(db)
+    backend = db.backend
     try:
         probes = backend.probe_segments()
     except sa.exc.DBAPIError as e:
@@ -67,6 +71,7 @@ def check_environment(engine: sa.Engine, schema: str = "gpcnn") -> EnvironmentRe
             )
     return EnvironmentReport(
         engine_kind=backend.kind,
+        dispatch=backend.dispatch,
         server_version=backend.server_version(),
         segments=backend.default_segments(),
         installed=installed,

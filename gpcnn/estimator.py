@@ -7,18 +7,18 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import sqlalchemy as sa
 from sklearn.base import BaseEstimator
 
 from . import merge, runs, segment
 from . import weights as wire
-from .engines import backend_for, connect
+from .engines import Database, connect
 from .engines.sessions import SegmentSessions
 from .install import ensure_installed
 from .tables import ImageTable, TableName, describe
@@ -76,8 +76,7 @@ class GreenplumCNN(BaseEstimator):
         merge: str = "average",
         merge_options: dict | None = None,
         optimizer_state: str = "reset",
-        database: str | sa.Engine | None = None,
-        schema: str = "gpcnn",
+        database: str | Database | None = None,
         validation_table: str | tuple | None = None,
         validation_data: tuple | None = None,
         seed: int | None = None,
@@ -99,7 +98,6 @@ class GreenplumCNN(BaseEstimator):
         self.merge_options = merge_options
         self.optimizer_state = optimizer_state
         self.database = database
-        self.schema = schema
         self.validation_table = validation_table
         self.validation_data = validation_data
         self.seed = seed
@@ -135,9 +133,9 @@ class GreenplumCNN(BaseEstimator):
                     f"across segments ({', '.join(sorted(MEAN_METRICS))})"
                 )
 
-    def _engine(self) -> sa.Engine:
-        if isinstance(self.database, sa.Engine):
-            return self.database
+    def _db(self) -> Database:
+        """The handle of ``database``: a handle, a URL, or None for $GPCNN_DATABASE_URL or the
+        embedded cluster (gpcnn's schema is the handle's)."""
         return connect(self.database)
 
     def _compile_options(self) -> dict:
@@ -188,14 +186,13 @@ class GreenplumCNN(BaseEstimator):
         """Train for ``iterations`` merges over ``table``; ``resume=run_id`` continues a stored run."""
         self._check_params()
         name = TableName.parse(table)
-        engine = self._engine()
-        ensure_installed(engine, self.schema)
-        backend = backend_for(engine, self.schema)
-        info = describe(engine, name, self.schema)
+        db = self._db()
+        ensure_installed(db)
+        info = describe(db, name)
         self._check_model_fits(info)
         validation = None
         if self.validation_table is not None:
-            validation = describe(engine, self.validation_table, self.schema)
+            validation = describe(db, self.validation_table)
             self._check_model_fits(validation)
         compile_options = self._compile_options()
         model_json = self.model.to_json()
@@ -203,8 +200,8 @@ class GreenplumCNN(BaseEstimator):
         rule = merge.make_rule(
             self.merge, wire.trainable_mask(manifest), info.segments, **(self.merge_options or {})
         )
-        slices = plan_slices(engine, backend, info, self.merges_per_epoch, self.local_epochs)
-        threads = self.threads_per_segment or backend.default_threads(info.segments)
+        slices = plan_slices(db, info, self.merges_per_epoch, self.local_epochs)
+        threads = self.threads_per_segment or db.backend.default_threads(info.segments)
         options = {
             "compile": compile_options,
             "batch_size": int(self.batch_size),
@@ -217,7 +214,7 @@ class GreenplumCNN(BaseEstimator):
 
         stored = None
         if resume is not None:
-            stored = runs.load_run(engine, backend, resume)
+            stored = runs.load_run(db, resume)
             if stored.weights is None:
                 raise ValueError(f"run {resume} stored no iteration yet: start a new fit")
             if stored.table != str(info.table):
@@ -228,9 +225,7 @@ class GreenplumCNN(BaseEstimator):
         else:
             history = list(self.history_) if self.warm_start and hasattr(self, "model_") else []
             start = self.model_ if history else self.model
-            run_id = runs.create_run(
-                engine, backend, str(info.table), self._stored_params(), model_json
-            )
+            run_id = runs.create_run(db, str(info.table), self.stored_params(), model_json)
 
         self.model_ = self._local_model(model_json, compile_options)
         self.history_ = history
@@ -239,10 +234,9 @@ class GreenplumCNN(BaseEstimator):
         self.classes_ = np.arange(info.num_classes)
         self.class_names_ = info.class_names
         self._model_json, self._options = model_json, options
-        self._backend, self._validation_model = backend, None
+        self._validation_model = None
         training = Training(
-            engine=engine,
-            backend=backend,
+            db=db,
             sessions=self._ensure_sessions(),
             info=info,
             run_id=run_id,
@@ -263,6 +257,8 @@ class GreenplumCNN(BaseEstimator):
         first = len(history) + 1
         last = (len(history) + self.iterations) if resume is None else self.iterations
         bar = self._progress_bar(first, last)
+        if resume is not None:
+            runs.set_status(db, run_id, "running")
         try:
             for iteration in range(first, last + 1):
                 row = training.step(iteration)
@@ -271,12 +267,14 @@ class GreenplumCNN(BaseEstimator):
                 if bar is not None:
                     bar.update(1)
                     bar.set_postfix({k: f"{row[k]:.4f}" for k in PROGRESS_KEYS if k in row})
-        except BaseException:
+        except BaseException as e:
             self._discard_sessions()  # maybe cancelled mid-query: start clean next time
+            _record_failure(db, run_id, e)
             raise
         finally:
             if bar is not None:
                 bar.close()
+        runs.set_status(db, run_id, "finished")
         return self
 
     def _validation(self, validation: ImageTable | None, weights: bytes) -> dict | None:
@@ -301,23 +299,21 @@ class GreenplumCNN(BaseEstimator):
         """The segment sessions this estimator holds (from the pool) until ``close``."""
         threads = self._options["threads"]
         held = getattr(self, "_sessions", None)
-        if held is not None and (len(held), held.threads) != (self.segments_, threads):
+        if held is not None and not held.serves(self.segments_, threads):
             self._release_sessions()
             held = None
         if held is None:
-            if getattr(self, "_backend", None) is None:
-                self._backend = backend_for(self._engine(), self.schema)
-            self._sessions = self._backend.open_sessions(self.segments_, threads)
+            self._sessions = self._db().backend.open_sessions(self.segments_, threads)
         return self._sessions
 
     def _evaluate_table(self, info: ImageTable, weights: bytes | None = None) -> dict:
         weights = weights if weights is not None else wire.model_to_bytes(self.model_)
         return evaluate_table(
-            self._backend, self._ensure_sessions(), info, self._model_json, self._options, weights
+            self._db(), self._ensure_sessions(), info, self._model_json, self._options, weights
         )
 
     def _table_info(self, table) -> ImageTable:
-        return describe(self._engine(), table, self.schema)
+        return describe(self._db(), table)
 
     def predict_proba(self, x) -> np.ndarray:
         """Class probabilities of images (arrays, locally) or of a table (in the database,
@@ -326,16 +322,15 @@ class GreenplumCNN(BaseEstimator):
         if not _is_table(x):
             return np.asarray(self.model_.predict(_model_input(x), batch_size=1000, verbose=0))
         info = self._table_info(x)
-        backend, sessions = self._backend, self._ensure_sessions()
+        backend = self._db().backend
         params = {
             "model": self._model_json,
             "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
             "weights": wire.model_to_bytes(self.model_),
         }
-        sql = backend.prediction_sql(info.table.sql(backend))
-        groups = backend.session_groups(info.keys, len(sessions))
-        rows = sessions.map(sql, [{**params, "group": g} for g in groups])
-        ordered = sorted((row for chunk in rows for row in chunk), key=lambda r: r[0])
+        ordered = backend.run_prediction(
+            self._ensure_sessions(), info.table.sql(backend), params, info.keys
+        )
         classes = info.num_classes
         return np.concatenate(
             [np.frombuffer(bytes(p), dtype="<f4").reshape(-1, classes) for _, p in ordered]
@@ -361,16 +356,17 @@ class GreenplumCNN(BaseEstimator):
         if _is_table(x):
             from .tables import read_images
 
-            x, y = read_images(self._engine(), x, self.schema)
+            x, y = read_images(self._db(), x)
         return float(np.mean(self.predict(x) == np.asarray(y)))
 
     # -- persistence --------------------------------------------------------------------------
 
-    def _stored_params(self) -> dict:
+    def stored_params(self) -> dict:
+        """The parameters as JSON-able values, as stored with each run (the model apart)."""
         params = {k: v for k, v in self.get_params(deep=False).items() if k != "model"}
         if not isinstance(params["optimizer"], str):
             params["optimizer"] = segment.keras_module().optimizers.serialize(params["optimizer"])
-        if isinstance(params["database"], sa.Engine):
+        if isinstance(params["database"], Database):
             params["database"] = params["database"].url.render_as_string(hide_password=True)
         params["metrics"] = list(params["metrics"])
         params["validation_data"] = None if params["validation_data"] is None else "arrays"
@@ -390,7 +386,7 @@ class GreenplumCNN(BaseEstimator):
         else:
             raise ValueError(f"{path}: use a .keras or .weights.h5 file name")
         sidecar = {
-            "params": self._stored_params(),
+            "params": self.stored_params(),
             "model_json": self._model_json,
             "options": self._options,
             "history": self.history_,
@@ -415,6 +411,7 @@ class GreenplumCNN(BaseEstimator):
         else:
             model = keras.saving.load_model(path, safe_mode=True, compile=False)
         params = dict(sidecar["params"])
+        params.pop("schema", None)  # saved before the handle carried the schema
         if isinstance(params["optimizer"], dict):
             params["optimizer"] = keras.optimizers.deserialize(params["optimizer"])
         params["validation_data"] = None
@@ -459,7 +456,6 @@ class GreenplumCNN(BaseEstimator):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state.pop("_sessions", None)
-        state.pop("_backend", None)
         state.pop("_validation_model", None)
         return state
 
@@ -469,6 +465,12 @@ class GreenplumCNN(BaseEstimator):
         from tqdm.auto import tqdm
 
         return tqdm(total=last - first + 1, desc=f"run {self.run_id_}", unit="it")
+
+
+def _record_failure(db: Database, run_id: int, error: BaseException) -> None:
+    """The run's status after an exception; the server may be gone, and that error wins."""
+    with contextlib.suppress(Exception):  # unreachable: the run stays "running", resumable
+        runs.set_status(db, run_id, "failed", f"{type(error).__name__}: {error}"[:2000])
 
 
 def _is_table(x) -> bool:

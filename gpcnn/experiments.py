@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
-import sqlalchemy as sa
 
 from . import datasets, runs, segment
 from . import weights as wire
+from .engines import Database
 from .estimator import GreenplumCNN
 from .tables import TableError, describe, load_images, read_images
 
@@ -113,15 +113,15 @@ def configure_logical_cpus(count: int) -> None:
             ) from None
 
 
-def _tables(engine, spec: RunSpec, path, schema: str, data_cache: dict) -> tuple[str, str]:
-    """The study's image tables for this dataset and K (in schema ``<schema>_images``), loaded
-    once and reused."""
-    prefix = f"{schema}_images.{spec.dataset.replace('-', '_')}"
+def _tables(db: Database, spec: RunSpec, path, data_cache: dict) -> tuple[str, str]:
+    """The study's image tables for this dataset and K (in schema ``<gpcnn schema>_images``),
+    loaded once and reused."""
+    prefix = f"{db.schema}_images.{spec.dataset.replace('-', '_')}"
     train, test = f"{prefix}_k{spec.segments}_train", f"{prefix}_test"
     source = f"{spec.dataset} seed={spec.seed} (study)"
     for table, k, split in ((train, spec.segments, "train"), (test, 2, "test")):
         try:
-            info = describe(engine, table, schema)
+            info = describe(db, table)
             if info.source == source and info.segments == k:
                 continue
         except TableError:
@@ -131,7 +131,7 @@ def _tables(engine, spec: RunSpec, path, schema: str, data_cache: dict) -> tuple
         d = data_cache[spec.dataset]
         x, y = (d.x_train, d.y_train) if split == "train" else (d.x_test, d.y_test)
         load_images(
-            engine,
+            db,
             table,
             x,
             y,
@@ -140,19 +140,17 @@ def _tables(engine, spec: RunSpec, path, schema: str, data_cache: dict) -> tuple
             seed=spec.seed,
             replace=True,
             progress=False,
-            schema=schema,
             source=source,
         )
     return train, test
 
 
 def run_one(
-    engine: sa.Engine,
+    db: Database,
     spec: RunSpec,
     out: Path,
     *,
     path=None,
-    schema="gpcnn",
     data_cache: dict | None = None,
     progress: bool = True,
 ) -> list[dict]:
@@ -161,20 +159,19 @@ def run_one(
     if done.exists():
         return json.loads(done.read_text())["history"]
     done.parent.mkdir(parents=True, exist_ok=True)
-    train, test = _tables(engine, spec, path, schema, {} if data_cache is None else data_cache)
-    info = describe(engine, train, schema)
+    train, test = _tables(db, spec, path, {} if data_cache is None else data_cache)
+    info = describe(db, train)
     segment.keras_module().utils.set_random_seed(spec.seed)
     model = MODELS[spec.model](info.image_shape, info.num_classes)
     if spec.merge == "sync":
         history = _in_fresh_process(
             _run_sync,
-            engine.url.render_as_string(hide_password=False),
+            db,
             spec,
             model.to_json(),
             wire.model_to_bytes(model),
             train,
             test,
-            schema,
             progress,
         )
     else:
@@ -186,14 +183,13 @@ def run_one(
             iterations=spec.iterations,
             merges_per_epoch=spec.merges_per_epoch,
             merge="average" if spec.merge == "single" else spec.merge,
-            database=engine,
-            schema=schema,
+            database=db,
             validation_table=test,
             seed=spec.seed,
             progress=progress,
         )
         with est:
-            est.fit(train, resume=runs.find_unfinished(engine, schema, train, est))
+            est.fit(train, resume=runs.find_unfinished(db, train, est.stored_params()))
         history = est.history_
     done.write_text(json.dumps({"spec": asdict(spec), "history": history}, indent=1))
     return history
@@ -210,13 +206,12 @@ def _in_fresh_process(function, *args):
 
 
 def _run_sync(
-    url: str,
+    db: Database,
     spec: RunSpec,
     model_json: str,
     weights: bytes,
     train: str,
     test: str,
-    schema: str,
     progress: bool,
 ) -> list[dict]:
     """Per-batch synchronous data parallelism over K logical CPUs on the same shuffled data,
@@ -225,13 +220,10 @@ def _run_sync(
     import tensorflow as tf
     from tqdm.auto import tqdm
 
-    from .engines import connect
-
     keras = segment.keras_module()
-    engine = connect(url)
-    x, y = read_images(engine, train, schema)
-    x_val, y_val = read_images(engine, test, schema)
-    engine.dispose()
+    x, y = read_images(db, train)
+    x_val, y_val = read_images(db, test)
+    db.close()
     x, x_val = segment.to_model_input(x), segment.to_model_input(x_val)
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(spec.segments)])
     with strategy.scope():
@@ -275,12 +267,11 @@ def _run_sync(
 
 
 def run_study(
-    engine: sa.Engine,
+    db: Database,
     specs: Sequence[RunSpec],
     out: str | Path,
     *,
     path=None,
-    schema: str = "gpcnn",
     progress: bool = True,
 ) -> list[dict]:
     """Run (or reuse) every spec, then write history.csv, the figures and report.md over all the
@@ -292,7 +283,7 @@ def run_study(
     bar = tqdm(specs, desc="study", unit="run", disable=not progress)
     for spec in bar:
         bar.set_postfix_str(spec.name)
-        run_one(engine, spec, out, path=path, schema=schema, data_cache=cache, progress=progress)
+        run_one(db, spec, out, path=path, data_cache=cache, progress=progress)
     return write_outputs(out)
 
 
@@ -304,7 +295,7 @@ def write_outputs(out: str | Path) -> list[dict]:
     out = Path(out)
     rows = collect(out)
     write_csv(rows, out / "history.csv")
-    plots.write_figures(rows, out)
+    plots.write_figures(rows, out, RULES)
     (out / "report.md").write_text(report(rows))
     return rows
 

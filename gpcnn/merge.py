@@ -22,8 +22,10 @@ variance) take the plain weighted average, so a variance can never be pushed neg
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import math
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
 import numpy as np
@@ -147,11 +149,6 @@ class SegmentModels(MergeRule):
 class ElasticAveraging(SegmentModels):
     alpha: float = 0.45
 
-    def start(self, weights, keys) -> None:
-        if len(keys) * self.alpha >= 1:
-            raise ValueError(f"easgd needs K*alpha < 1, got {len(keys)} * {self.alpha}")
-        super().start(weights, keys)
-
     def update(self, average, segments, counts) -> None:
         old_center = self.center.astype(np.float64)
         pull = sum(np.asarray(x, np.float64) - old_center for x in segments.values())
@@ -176,13 +173,65 @@ class NoMerge(SegmentModels):
 RULES = {"average": Average, "bmuf": BlockMomentum, "easgd": ElasticAveraging, "none": NoMerge}
 
 
-def make_rule(name: str, trainable: Vector, segments: int, **options) -> MergeRule:
-    """A rule by name with its options (bmuf: eta, zeta, nesterov; easgd: alpha, default 0.9/K)."""
+def _ranges(k: int) -> dict[str, tuple[str, Callable[[float], bool]]]:
+    """Each real option's allowed values for K = k segments: in words, with why, and as a test."""
+    return {
+        "eta": ("in [0, 1) (eta >= 1 makes the block momentum diverge)", lambda x: 0 <= x < 1),
+        "zeta": ("> 0 (zeta <= 0 never steps toward the average)", lambda x: x > 0),
+        "alpha": (
+            f"> 0 with K*alpha < 1, i.e. in (0, {1 / k:g}) for K={k} segments",
+            lambda x: x > 0 and k * x < 1,
+        ),
+    }
+
+
+def _show(value: object) -> str:
+    """A value as the user wrote it: numbers plain (numpy's too), anything else quoted."""
+    return str(value) if isinstance(value, numbers.Number) else repr(value)
+
+
+def _checked(where: str, option: str, value: object, default: object, k: int) -> float | bool:
+    """One option as a Python bool or float (numpy scalars come in from arrays), or the error.
+    A bool is no number here: eta=True is a mistake, not 1."""
+    head = f"{where}: {option}={_show(value)}"
+    if isinstance(default, bool):
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(f"{head} is not a bool: {option} must be True or False")
+        return bool(value)
+    allowed, test = _ranges(k)[option]
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if not real or not math.isfinite(value):
+        raise ValueError(f"{head} is not a finite real number: {option} must be {allowed}")
+    if not test(float(value)):
+        product = f"; here K*alpha = {k} * {value} = {k * value:g}" if option == "alpha" else ""
+        raise ValueError(f"{head} is out of range: {option} must be {allowed}{product}")
+    return float(value)
+
+
+def check_options(name: str, options: Mapping | None, segments: int) -> dict:
+    """All options of rule ``name`` for K = ``segments``, checked and with the defaults filled in,
+    so that a bad value fails before any work. The option names are the rule class's own fields."""
+    where = f'merge="{name}"'
     if name not in RULES:
-        raise ValueError(f"merge={name!r}: choose one of {', '.join(RULES)}")
+        raise ValueError(f"{where}: choose one of {', '.join(RULES)}")
+    defaults = {f.name: f.default for f in fields(RULES[name]) if f.init and f.name != "trainable"}
     if name == "easgd":
-        options.setdefault("alpha", 0.9 / segments)
-    try:
-        return RULES[name](trainable=np.asarray(trainable, bool), **options)
-    except TypeError as e:
-        raise ValueError(f"merge={name!r} does not take these options: {options}") from e
+        defaults["alpha"] = 0.9 / segments  # K*alpha = 0.9 whatever K
+    given = dict(options or {})
+    unknown = [option for option in given if option not in defaults]
+    if unknown:
+        bad = ", ".join(f"{option}={_show(given[option])}" for option in unknown)
+        verb = "is not an option" if len(unknown) == 1 else "are not options"
+        takes = f"takes {', '.join(defaults)}" if defaults else "takes no options"
+        raise ValueError(f"{where}: {bad} {verb}: {name} {takes}")
+    return {
+        option: _checked(where, option, given.get(option, default), default, segments)
+        for option, default in defaults.items()
+    }
+
+
+def make_rule(name: str, trainable: Vector, segments: int, **options) -> MergeRule:
+    """A rule by name with its options (bmuf: eta, zeta, nesterov; easgd: alpha, default 0.9/K),
+    checked by ``check_options``."""
+    options = check_options(name, options, segments)
+    return RULES[name](trainable=np.asarray(trainable, bool), **options)

@@ -1,24 +1,38 @@
-"""Runs in the database: every ``fit`` and the weights and metrics of each of its iterations.
+"""Runs in the database: every ``fit``, its status, and the weights and metrics of each iteration.
 
 An iteration's row is written in one transaction as the iteration ends, so an interrupted run can be
-resumed from its last stored iteration (``fit(table, resume=run_id)``).
+resumed from its last stored iteration (``fit(table, resume=run_id)``). A run is ``running`` until it
+ends ``finished``, ``stopped_early`` (on purpose: never resumed by itself) or ``failed`` (with the
+error; resumable). ``find_unfinished`` matches runs on the parameters that change the result.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 
-import sqlalchemy as sa
+from .engines import Database, catalog, connect
 
-from . import __version__
-from .engines import Backend
+# Parameters that do not change what a run computes: a run may be resumed with other values.
+NON_RESULT_PARAMS = frozenset(
+    {
+        "progress",
+        "database",
+        "schema",
+        "iterations",
+        "warm_start",
+        "validation_table",
+        "validation_data",
+    }
+)
 
 
 @dataclass
 class StoredRun:
     run_id: int
     table: str
+    status: str
     iterations: list[dict]  # history rows, in order
     weights: bytes | None  # the model of the last stored iteration
     rule_state: bytes | None  # what the merge rule needs beyond it (BMUF's momentum)
@@ -26,144 +40,42 @@ class StoredRun:
     segment_models: dict[int, tuple[bytes, bytes | None]]  # each key's next start
 
 
-def ensure_tables(conn: sa.Connection, backend: Backend) -> None:
-    s = backend.qschema
-    conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {s}")
-    conn.exec_driver_sql(
-        f"""CREATE TABLE IF NOT EXISTS {s}.runs (
-            run_id bigserial PRIMARY KEY,
-            table_name text NOT NULL,
-            params text NOT NULL,
-            model_json text NOT NULL,
-            gpcnn_version text NOT NULL,
-            created_at timestamptz NOT NULL DEFAULT now()
-        ){backend.distribution("run_id")}"""
-    )
-    conn.exec_driver_sql(
-        f"""CREATE TABLE IF NOT EXISTS {s}.run_iterations (
-            run_id bigint NOT NULL,
-            iteration integer NOT NULL,
-            metrics text NOT NULL,
-            weights bytea NOT NULL,
-            rule_state bytea,
-            optimizer bytea,
-            created_at timestamptz NOT NULL DEFAULT now(),
-            PRIMARY KEY (run_id, iteration)
-        ){backend.distribution("run_id")}"""
-    )
-    # Per-segment models (EASGD's local models, K workers that never merge), joined by key in
-    # the training query: distributed/partitioned like image tables, so no motion on Greenplum.
-    conn.exec_driver_sql(
-        f"""CREATE TABLE IF NOT EXISTS {s}.segment_models (
-            run_id bigint NOT NULL,
-            __dist_key__ integer NOT NULL,
-            iteration integer NOT NULL,
-            weights bytea NOT NULL,
-            optimizer bytea,
-            PRIMARY KEY (run_id, __dist_key__)
-        ){backend.distribution("__dist_key__")}"""
-    )
+def result_key(params: dict) -> str:
+    """A digest of the parameters that change the result (what resume matches on)."""
+    kept = {k: v for k, v in params.items() if k not in NON_RESULT_PARAMS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def create_run(
-    engine: sa.Engine, backend: Backend, table: str, params: dict, model_json: str
-) -> int:
-    with engine.begin() as conn:
-        ensure_tables(conn, backend)
-        return conn.execute(
-            sa.text(
-                f"INSERT INTO {backend.qschema}.runs (table_name, params, model_json, gpcnn_version) "
-                "VALUES (:t, :p, :m, :v) RETURNING run_id"
-            ),
-            {"t": table, "p": json.dumps(params), "m": model_json, "v": __version__},
-        ).scalar()
+def create_run(db: Database, table: str, params: dict, model_json: str) -> int:
+    with db.begin() as conn:
+        catalog.ensure_tables(conn, db.backend, result_key)
+        return catalog.insert_run(conn, db.backend, table, params, result_key(params), model_json)
 
 
-def write_iteration(
-    conn: sa.Connection,
-    backend: Backend,
-    run_id: int,
-    row: dict,
-    weights: bytes,
-    rule_state: bytes | None = None,
-    optimizer: bytes | None = None,
-) -> None:
-    """The iteration's history row and model; the caller's transaction also holds the rest."""
-    conn.execute(
-        sa.text(
-            f"INSERT INTO {backend.qschema}.run_iterations (run_id, iteration, metrics, weights, "
-            "rule_state, optimizer) VALUES (:r, :i, :m, :w, :s, :o)"
-        ),
-        {
-            "r": run_id,
-            "i": row["iteration"],
-            "m": json.dumps(row),
-            "w": weights,
-            "s": rule_state,
-            "o": optimizer,
-        },
-    )
+def set_status(db: Database, run_id: int, status: str, error: str | None = None) -> None:
+    with db.begin() as conn:
+        catalog.set_run_status(conn, db.backend, run_id, status, error)
 
 
-def write_segment_models(
-    conn: sa.Connection,
-    backend: Backend,
-    run_id: int,
-    iteration: int,
-    starts: dict[int, tuple[bytes, bytes | None]],
-) -> None:
-    """Each key's model and optimizer state to start the next iteration from."""
-    s = backend.qschema
-    conn.execute(sa.text(f"DELETE FROM {s}.segment_models WHERE run_id = :r"), {"r": run_id})
-    conn.execute(
-        sa.text(
-            f"INSERT INTO {s}.segment_models (run_id, __dist_key__, iteration, weights, optimizer) "
-            "VALUES (:r, :k, :i, :w, :o)"
-        ),
-        [{"r": run_id, "k": key, "i": iteration, "w": w, "o": o} for key, (w, o) in starts.items()],
-    )
-
-
-def load_run(engine: sa.Engine, backend: Backend, run_id: int) -> StoredRun:
-    s = backend.qschema
-    with engine.begin() as conn:
-        ensure_tables(conn, backend)
-        run = conn.execute(
-            sa.text(f"SELECT table_name FROM {s}.runs WHERE run_id = :r"),
-            {"r": run_id},
-        ).first()
+def load_run(db: Database, run_id: int) -> StoredRun:
+    backend = db.backend
+    with db.begin() as conn:
+        catalog.ensure_tables(conn, backend, result_key)
+        run = catalog.run_row(conn, backend, run_id)
         if run is None:
-            raise ValueError(f"no run {run_id} in {backend.schema}.runs")
-        rows = conn.execute(
-            sa.text(
-                f"SELECT iteration, metrics FROM {s}.run_iterations WHERE run_id = :r "
-                "ORDER BY iteration"
-            ),
-            {"r": run_id},
-        ).all()
-        last = None
-        if rows:
-            last = conn.execute(
-                sa.text(
-                    f"SELECT weights, rule_state, optimizer FROM {s}.run_iterations "
-                    "WHERE run_id = :r AND iteration = :i"
-                ),
-                {"r": run_id, "i": rows[-1].iteration},
-            ).first()
-        segment_models = conn.execute(
-            sa.text(
-                f"SELECT __dist_key__, weights, optimizer FROM {s}.segment_models WHERE run_id = :r"
-            ),
-            {"r": run_id},
-        ).all()
+            raise ValueError(f"no run {run_id} in {db.schema}.runs")
+        metrics = catalog.iteration_metrics(conn, backend, run_id)
+        last = catalog.last_iteration(conn, backend, run_id)
+        segments = catalog.segment_models(conn, backend, run_id)
     return StoredRun(
         run_id=run_id,
         table=run.table_name,
-        iterations=[json.loads(r.metrics) for r in rows],
+        status=run.status,
+        iterations=[json.loads(m) for m in metrics],
         weights=_bytes(last.weights) if last else None,
         rule_state=_bytes(last.rule_state) if last else None,
         optimizer=_bytes(last.optimizer) if last else None,
-        segment_models={k: (bytes(w), _bytes(o)) for k, w, o in segment_models},
+        segment_models={k: (bytes(w), _bytes(o)) for k, w, o in segments},
     )
 
 
@@ -171,25 +83,62 @@ def _bytes(value) -> bytes | None:
     return None if value is None else bytes(value)
 
 
-def find_unfinished(engine: sa.Engine, schema: str, table: str, estimator) -> int | None:
-    """The newest run of this table with the same parameters that stopped before its last
-    iteration, to resume it (None if there is none)."""
-    from .engines import backend_for
-    from .tables import TableName, describe
+def find_unfinished(db: Database | str | None, table: str, params: dict) -> int | None:
+    """The newest resumable run of this table whose result-changing parameters equal ``params``
+    (an estimator's ``stored_params()``) and that stored fewer iterations than asked for; None if
+    there is none."""
+    from .tables import describe
 
-    backend = backend_for(engine, schema)
-    name = str(describe(engine, TableName.parse(table), schema).table)
-    with engine.begin() as conn:
-        ensure_tables(conn, backend)
-        row = conn.execute(
-            sa.text(
-                f"SELECT r.run_id, count(i.iteration) AS done FROM {backend.qschema}.runs r "
-                f"LEFT JOIN {backend.qschema}.run_iterations i USING (run_id) "
-                "WHERE r.table_name = :t AND r.params = :p "
-                "GROUP BY r.run_id ORDER BY r.run_id DESC LIMIT 1"
-            ),
-            {"t": name, "p": json.dumps(estimator._stored_params())},
-        ).first()
-    if row is None or row.done == 0 or row.done >= estimator.iterations:
+    db = connect(db)
+    name = str(describe(db, table).table)
+    with db.begin() as conn:
+        catalog.ensure_tables(conn, db.backend, result_key)
+        found = catalog.newest_resumable(conn, db.backend, name, result_key(params))
+    if found is None or found[1] == 0 or found[1] >= int(params["iterations"]):
         return None
-    return row.run_id
+    return found[0]
+
+
+# -- lifecycle ----------------------------------------------------------------------------------
+
+
+def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
+    """One dict per run: id, table, status, error, iterations stored, bytes stored, times."""
+    db = connect(db)
+    with db.begin() as conn:
+        catalog.ensure_tables(conn, db.backend, result_key)
+        rows = catalog.run_summaries(conn, db.backend, run_ids)
+    return [
+        {
+            "run_id": r.run_id,
+            "table": r.table_name,
+            "status": r.status,
+            "error": r.error,
+            "merge": json.loads(r.params).get("merge"),
+            "iterations": int(r.iterations),
+            "stored_bytes": int(r.stored_bytes),
+            "created_at": r.created_at.isoformat(),
+            "updated_at": None if r.updated_at is None else r.updated_at.isoformat(),
+        }
+        for r in rows
+    ]
+
+
+def show_run(db: Database | str | None, run_id: int) -> dict:
+    """The run's summary, its parameters and its history."""
+    db = connect(db)
+    found = list_runs(db, [run_id])
+    if not found:
+        raise ValueError(f"no run {run_id} in {db.schema}.runs")
+    stored = load_run(db, run_id)
+    with db.connect() as conn:
+        params = json.loads(catalog.run_row(conn, db.backend, run_id).params)
+    return {**found[0], "params": params, "history": stored.iterations}
+
+
+def delete_runs(db: Database | str | None, run_ids) -> int:
+    """Delete runs with their iterations and segment models, in one transaction."""
+    db = connect(db)
+    with db.begin() as conn:
+        catalog.ensure_tables(conn, db.backend, result_key)
+        return catalog.delete_runs(conn, db.backend, [int(r) for r in run_ids])

@@ -20,7 +20,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from . import __version__
-from .engines import Backend, backend_for
+from .engines import Backend, Database, catalog, connect
 from .segment import LABEL_DTYPE, decode_images, decode_labels
 
 IMAGES_PER_BUFFER_28x28 = 1_000
@@ -255,58 +255,11 @@ class ImageTable:
         return sum(self.images_per_segment)
 
 
-def ensure_catalog(conn: sa.Connection, backend: Backend) -> None:
-    s = backend.qschema
-    conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {s}")
-    conn.exec_driver_sql(
-        f"""CREATE TABLE IF NOT EXISTS {s}.image_tables (
-            table_schema text NOT NULL,
-            table_name text NOT NULL,
-            image_shape integer[] NOT NULL,
-            dtype text NOT NULL DEFAULT 'uint8',
-            num_classes integer NOT NULL,
-            class_names text[],
-            dist_keys integer[] NOT NULL,
-            images_per_segment bigint[] NOT NULL,
-            buffer_size integer NOT NULL,
-            images bigint NOT NULL,
-            source text,
-            created_at timestamptz NOT NULL DEFAULT now(),
-            gpcnn_version text NOT NULL,
-            PRIMARY KEY (table_schema, table_name)
-        ){backend.distribution("table_schema", "table_name")}"""
-    )
-
-
 def _resolved(conn: sa.Connection, table: TableName) -> TableName:
-    schema = table.schema or conn.execute(sa.text("SELECT current_schema()")).scalar()
-    return TableName(schema, table.name)
+    return TableName(table.schema or catalog.current_schema(conn), table.name)
 
 
-def describe(engine: sa.Engine, table, schema: str = "gpcnn") -> ImageTable:
-    """The catalog entry of an image table; TableError if it is not one."""
-    backend = backend_for(engine, schema)
-    name = TableName.parse(table)
-    with engine.connect() as conn:
-        name = _resolved(conn, name)
-        catalog = conn.execute(
-            sa.text("SELECT to_regclass(:t)"), {"t": f"{backend.qschema}.image_tables"}
-        ).scalar()
-        row = None
-        if catalog:
-            row = conn.execute(
-                sa.text(
-                    f"SELECT image_shape, num_classes, class_names, dist_keys, images_per_segment, "
-                    f"buffer_size, source FROM {backend.qschema}.image_tables "
-                    "WHERE table_schema = :s AND table_name = :t"
-                ),
-                {"s": name.schema, "t": name.name},
-            ).first()
-    if row is None:
-        raise TableError(
-            f"{name} is not a gpcnn image table (no entry in {schema}.image_tables): "
-            "load it with gpcnn.load_images or `gpcnn load`"
-        )
+def _from_row(name: TableName, row) -> ImageTable:
     return ImageTable(
         table=name,
         image_shape=tuple(row.image_shape),
@@ -319,11 +272,78 @@ def describe(engine: sa.Engine, table, schema: str = "gpcnn") -> ImageTable:
     )
 
 
+def describe(db: Database | str | None, table) -> ImageTable:
+    """The catalog entry of an image table; TableError if it is not one."""
+    db = connect(db)
+    backend = db.backend
+    name = TableName.parse(table)
+    with db.connect() as conn:
+        name = _resolved(conn, name)
+        row = catalog.catalog_row(conn, backend, name.schema, name.name)
+        if row is not None and not catalog.relation_exists(conn, name.sql(backend)):
+            raise TableError(
+                f"{name} is in gpcnn's catalog but the table is gone (dropped by hand?): "
+                f"`gpcnn tables drop {name}` or gpcnn.drop_table(db, {str(name)!r}) removes the entry"
+            )
+    if row is None:
+        raise TableError(
+            f"{name} is not a gpcnn image table (no entry in {db.schema}.image_tables): "
+            "load it with gpcnn.load_images or `gpcnn load`"
+        )
+    return _from_row(name, row)
+
+
+def list_tables(db: Database | str | None = None) -> list[ImageTable]:
+    """Every image table of the catalog; entries whose table was dropped by hand are removed."""
+    db = connect(db)
+    backend = db.backend
+    found = []
+    with db.begin() as conn:
+        for row in catalog.catalog_rows(conn, backend):
+            name = TableName(row.table_schema, row.table_name)
+            if catalog.relation_exists(conn, name.sql(backend)):
+                found.append(_from_row(name, row))
+            else:
+                catalog.delete_catalog_row(conn, backend, name.schema, name.name)
+    return found
+
+
+def drop_table(db: Database | str | None, table, *, missing_ok: bool = False) -> bool:
+    """Drop an image table with its parts and its catalog entry, in one transaction. A table
+    dropped by hand has its entry removed. False when there was nothing to drop."""
+    db = connect(db)
+    backend = db.backend
+    name = TableName.parse(table)
+    with db.begin() as conn:
+        name = _resolved(conn, name)
+        row = catalog.catalog_row(conn, backend, name.schema, name.name)
+        exists = catalog.relation_exists(conn, name.sql(backend))
+        if row is None:
+            if exists:
+                raise TableError(f"{name} is not a gpcnn image table: gpcnn drops only its own")
+            if missing_ok:
+                return False
+            raise TableError(f"no image table {name}")
+        if exists:
+            conn.exec_driver_sql(backend.drop_ddl(name))
+        catalog.delete_catalog_row(conn, backend, name.schema, name.name)
+    return True
+
+
+def buffer_counts(db: Database, info: ImageTable) -> dict[int, list[tuple[int, int]]]:
+    """Each key's (buffer_id, images) in training order."""
+    buffers: dict[int, list[tuple[int, int]]] = {k: [] for k in info.keys}
+    with db.connect() as conn:
+        for key, buffer_id, n in conn.exec_driver_sql(db.backend.buffers_sql(info.table)):
+            buffers[key].append((buffer_id, n))
+    return buffers
+
+
 # -- load and read ------------------------------------------------------------------------------
 
 
 def load_images(
-    engine: sa.Engine,
+    db: Database | str | None,
     table,
     x,
     y,
@@ -335,7 +355,6 @@ def load_images(
     seed: int = 0,
     replace: bool = False,
     progress: bool = True,
-    schema: str = "gpcnn",
     source: str | None = None,
 ) -> ImageTable:
     """Load labelled images into a table spread over ``segments`` segments, atomically."""
@@ -346,7 +365,8 @@ def load_images(
         elif num_classes != len(class_names):
             raise TableError(f"{len(class_names)} class names for {num_classes} classes")
     x, y, classes = validate_images(x, y, num_classes)
-    backend = backend_for(engine, schema)
+    db = connect(db)
+    backend = db.backend
     k = backend.default_segments() if segments is None else int(segments)
     if k < 1:
         raise TableError(f"segments must be >= 1, got {segments}")
@@ -365,12 +385,12 @@ def load_images(
         )
 
     order = np.random.default_rng(seed).permutation(len(x))  # applied buffer by buffer
-    with engine.begin() as conn:
+    with db.begin() as conn:
         name = _resolved(conn, name)
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:t))"), {"t": str(name)})
-        ensure_catalog(conn, backend)
-        conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {backend.quote(name.schema)}")
-        exists = conn.execute(sa.text("SELECT to_regclass(:t)"), {"t": name.sql(backend)}).scalar()
+        backend.lock_name(conn, str(name))
+        catalog.ensure_tables(conn, backend)
+        conn.exec_driver_sql(backend.create_schema_ddl(name.schema))
+        exists = catalog.relation_exists(conn, name.sql(backend))
         if exists and not replace:
             raise TableError(f"table {name} exists: pass replace=True (or --replace) to reload it")
         keys = backend.choose_keys(conn, k)
@@ -378,44 +398,33 @@ def load_images(
         staging = name.with_suffix(STAGING_SUFFIX)
         # A load's staging table dies with its transaction; one left by anything else (a tool
         # that committed it, an older gpcnn) is removed here, under the lock, by the next load.
-        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {staging.sql(backend)}")
+        conn.exec_driver_sql(backend.drop_ddl(staging, if_exists=True))
         for statement in backend.image_table_ddl(staging, keys):
             conn.exec_driver_sql(statement)
         _copy_buffers(conn, backend, staging, buffers, x, y, order, progress, str(name))
         if exists:
-            conn.exec_driver_sql(f"DROP TABLE {name.sql(backend)}")
+            conn.exec_driver_sql(backend.drop_ddl(name))
         for statement in backend.rename_ddl(staging, name, keys):
             conn.exec_driver_sql(statement)
         counts = [sum(b.stop - b.start for b in buffers if b.key == key) for key in keys]
-        conn.execute(
-            sa.text(
-                f"DELETE FROM {backend.qschema}.image_tables "
-                "WHERE table_schema = :s AND table_name = :t"
-            ),
-            {"s": name.schema, "t": name.name},
-        )
-        conn.execute(
-            sa.text(
-                f"INSERT INTO {backend.qschema}.image_tables (table_schema, table_name, "
-                "image_shape, num_classes, class_names, dist_keys, images_per_segment, "
-                "buffer_size, images, source, gpcnn_version) VALUES (:s, :t, :shape, :classes, "
-                ":names, :keys, :counts, :size, :images, :source, :version)"
-            ),
+        catalog.write_catalog_row(
+            conn,
+            backend,
             {
-                "s": name.schema,
-                "t": name.name,
-                "shape": list(image_shape),
-                "classes": classes,
-                "names": class_names,
-                "keys": list(keys),
-                "counts": counts,
-                "size": size,
+                "table_schema": name.schema,
+                "table_name": name.name,
+                "image_shape": list(image_shape),
+                "num_classes": classes,
+                "class_names": class_names,
+                "dist_keys": list(keys),
+                "images_per_segment": counts,
+                "buffer_size": size,
                 "images": len(x),
                 "source": source,
-                "version": __version__,
+                "gpcnn_version": __version__,
             },
         )
-    return describe(engine, name, schema)
+    return describe(db, name)
 
 
 def _copy_buffers(conn, backend, table, buffers, x, y, order, progress, label) -> None:
@@ -426,14 +435,9 @@ def _copy_buffers(conn, backend, table, buffers, x, y, order, progress, label) -
         total = x.nbytes + len(y) * LABEL_DTYPE.itemsize + 34 * len(buffers) + 21
         bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", leave=False)
     stream = _CopyStream(_copy_chunks(buffers, x, y, order), bar)
-    columns = "__dist_key__, buffer_id, n, x, y"
     try:
         with conn.connection.driver_connection.cursor() as cursor:
-            cursor.copy_expert(
-                f"COPY {table.sql(backend)} ({columns}) FROM STDIN WITH (FORMAT binary)",
-                stream,
-                size=1 << 20,
-            )
+            cursor.copy_expert(backend.copy_sql(table), stream, size=1 << 20)
     except Exception as e:
         if conn.connection.driver_connection.closed:
             # the server is gone: tell SQLAlchemy, so that its rollback does not replace this
@@ -447,16 +451,13 @@ def _copy_buffers(conn, backend, table, buffers, x, y, order, progress, label) -
             bar.close()
 
 
-def read_images(engine: sa.Engine, table, schema: str = "gpcnn") -> tuple[np.ndarray, np.ndarray]:
+def read_images(db: Database | str | None, table) -> tuple[np.ndarray, np.ndarray]:
     """All images (uint8 N×H×W×C) and labels of an image table, in ``buffer_id`` order."""
-    info = describe(engine, table, schema)
-    backend = backend_for(engine, schema)
+    db = connect(db)
+    info = describe(db, table)
     xs, ys = [], []
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.text(f"SELECT x, y, n FROM {info.table.sql(backend)} ORDER BY buffer_id")
-        )
-        for row in rows:
+    with db.connect() as conn:
+        for row in conn.exec_driver_sql(db.backend.read_sql(info.table)):
             xs.append(decode_images(row.x, row.n, info.image_shape))
             ys.append(decode_labels(row.y))
     return np.concatenate(xs), np.concatenate(ys)

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import sqlalchemy as sa
 
-from . import merge, runs, segment
+from . import merge, segment
 from . import weights as wire
-from .engines import Backend
+from .engines import Database, catalog
 from .engines.sessions import SegmentSessions
-from .tables import ImageTable
+from .tables import ImageTable, buffer_counts
 
 
 class TrainingError(RuntimeError):
@@ -57,20 +57,9 @@ class Slice:
     expected: list[int]
 
 
-def plan_slices(
-    engine: sa.Engine, backend: Backend, info: ImageTable, merges_per_epoch: int, epochs: int
-) -> list[Slice]:
+def plan_slices(db: Database, info: ImageTable, merges_per_epoch: int, epochs: int) -> list[Slice]:
     """Cut each key's buffers, in order, into ``merges_per_epoch`` consecutive groups."""
-    with engine.connect() as conn:
-        rows = conn.execute(
-            sa.text(
-                f"SELECT __dist_key__, buffer_id, n FROM {info.table.sql(backend)} "
-                "ORDER BY __dist_key__, buffer_id"
-            )
-        ).all()
-    buffers = {k: [] for k in info.keys}
-    for key, buffer_id, n in rows:
-        buffers[key].append((buffer_id, n))
+    buffers = buffer_counts(db, info)
     fewest = min(len(b) for b in buffers.values())
     if fewest < merges_per_epoch:
         raise ValueError(
@@ -91,7 +80,7 @@ def plan_slices(
 
 
 def evaluate_table(
-    backend: Backend,
+    db: Database,
     sessions: SegmentSessions,
     info: ImageTable,
     model_json: str,
@@ -106,10 +95,10 @@ def evaluate_table(
     }
     result = _database_call(
         "evaluation",
-        backend.run_aggregate,
+        db.backend.run_aggregate,
         sessions,
         "evaluate",
-        info.table.sql(backend),
+        info.table.sql(db.backend),
         params,
         info.keys,
         True,
@@ -124,8 +113,7 @@ class Training:
     def __init__(
         self,
         *,
-        engine: sa.Engine,
-        backend: Backend,
+        db: Database,
         sessions: SegmentSessions,
         info: ImageTable,
         run_id: int,
@@ -137,7 +125,7 @@ class Training:
         local_epochs: int,
         evaluate,  # weights bytes -> {"loss": ..., metric: ...} or None
     ) -> None:
-        self.engine, self.backend, self.sessions, self.info = engine, backend, sessions, info
+        self.db, self.backend, self.sessions, self.info = db, db.backend, sessions, info
         self.run_id, self.model_json, self.options = run_id, model_json, options
         self.rule, self.slices, self.local_epochs = rule, slices, local_epochs
         self.evaluate = evaluate
@@ -154,12 +142,13 @@ class Training:
     def start(self, weights: np.ndarray) -> None:
         self.rule.start(weights, self.info.keys)
         if self.per_segment:
-            with self.engine.begin() as conn:
-                runs.write_segment_models(
+            with self.db.begin() as conn:
+                catalog.replace_segment_models(
                     conn, self.backend, self.run_id, 0, self._segment_starts()
                 )
 
-    def restore(self, stored: runs.StoredRun) -> None:
+    def restore(self, stored) -> None:
+        """Continue from a ``runs.StoredRun``."""
         segments = {k: wire.from_bytes(w) for k, (w, _) in stored.segment_models.items()}
         state = None if stored.rule_state is None else wire.from_bytes(stored.rule_state)
         self.rule.restore(wire.from_bytes(stored.weights), state, segments)
@@ -295,8 +284,8 @@ class Training:
 
     def _store(self, row: dict, model: np.ndarray) -> None:
         state = self.rule.state()
-        with self.engine.begin() as conn:
-            runs.write_iteration(
+        with self.db.begin() as conn:
+            catalog.insert_iteration(
                 conn,
                 self.backend,
                 self.run_id,
@@ -308,6 +297,6 @@ class Training:
                 else wire.to_bytes(self.shared_optimizer),
             )
             if self.per_segment:
-                runs.write_segment_models(
+                catalog.replace_segment_models(
                     conn, self.backend, self.run_id, row["iteration"], self._segment_starts()
                 )

@@ -1,6 +1,11 @@
 """One database for the whole session: ``$GPCNN_TEST_DATABASE_URL`` (any engine, Greenplum
 included), else the embedded PostgreSQL. TensorFlow's threads and oneDNN are fixed here, before
-anything imports TensorFlow, so local references match what the segments compute."""
+anything imports TensorFlow, so local references match what the segments compute.
+
+``engine`` is gpcnn's handle (``gpcnn.Database``) on the test schema. Modules that train, evaluate
+or predict override it with ``engine_any_dispatch`` so that they run in both dispatch modes: the
+engine's own, and ``"statement"``, which runs PostgreSQL's iterations exactly as Greenplum does
+(one statement for all segments, in one session)."""
 
 from __future__ import annotations
 
@@ -18,23 +23,44 @@ TEST_THREADS = 1
 segment.keras_module(threads=TEST_THREADS)
 
 TEST_SCHEMA = "gpcnn_test"
+DISPATCH_MODES = ("native", "statement")
+
+
+def test_url() -> str | None:
+    return os.environ.get("GPCNN_TEST_DATABASE_URL")
 
 
 @pytest.fixture(scope="session")
-def engine():
+def database():
     import gpcnn
 
-    eng = gpcnn.connect(os.environ.get("GPCNN_TEST_DATABASE_URL"))
-    gpcnn.install(eng, TEST_SCHEMA)
-    yield eng
-    eng.dispose()
+    db = gpcnn.connect(test_url(), schema=TEST_SCHEMA)
+    gpcnn.install(db)
+    yield db
+    db.close()
+
+
+@pytest.fixture(scope="session")
+def engine(database):
+    return database
+
+
+@pytest.fixture(scope="session", params=DISPATCH_MODES)
+def engine_any_dispatch(request, database):
+    """The test database in each dispatch mode (tables and runs are shared)."""
+    import gpcnn
+
+    if request.param == "native":
+        yield database
+        return
+    db = gpcnn.connect(test_url(), schema=TEST_SCHEMA, dispatch=request.param)
+    yield db
+    db.close()
 
 
 @pytest.fixture(scope="session")
 def backend(engine):
-    from gpcnn.engines import backend_for
-
-    return backend_for(engine, TEST_SCHEMA)
+    return engine.backend
 
 
 @pytest.fixture(scope="session")

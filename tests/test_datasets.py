@@ -13,13 +13,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from gpcnn.datasets import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     DatasetError,
+    ImageFolder,
     load_cifar10,
     load_fashion_mnist,
+    load_image_folder,
     load_mnist,
     load_mnist_sample,
 )
@@ -312,6 +315,240 @@ def test_cifar10_refuses_foreign_globals(tmp_path, payload):
         load_cifar10(directory)
     assert str(directory / "data_batch_1") in str(caught.value)
     assert not marker.exists()
+
+
+# --- Image folders --------------------------------------------------------------------------
+
+# Seven tiny solid-colour images in three classes, of different sizes, modes and formats:
+# file name -> (class, PIL mode, (width, height), colour in that mode, format).
+IMAGES = {
+    "b0.png": ("bird", "RGB", (6, 4), (10, 20, 30), "PNG"),
+    "b1.JPG": ("bird", "RGB", (8, 8), (200, 100, 50), "JPEG"),
+    "c0.png": ("cat", "L", (4, 6), 77, "PNG"),
+    "c1.png": ("cat", "RGBA", (3, 3), (40, 50, 60, 128), "PNG"),
+    "c2.jpeg": ("cat", "L", (8, 16), 150, "JPEG"),
+    "d0.PNG": ("dog", "P", (4, 4), 1, "PNG"),  # palette entry 1 is (90, 180, 20)
+    "d1.png": ("dog", "RGB", (2, 9), (250, 0, 5), "PNG"),
+}
+IMAGE_CLASSES = ("bird", "cat", "dog")
+
+
+def solid_image(name: str) -> Image.Image:
+    _, mode, size, colour, _ = IMAGES[name]
+    image = Image.new(mode, size, colour)
+    if mode == "P":
+        image.putpalette([0, 0, 0, 90, 180, 20])
+    return image
+
+
+def write_image_folder(root: Path) -> Path:
+    """The seven images, plus files and folders the reader must ignore."""
+    for name, (class_name, *_, image_format) in IMAGES.items():
+        (root / class_name).mkdir(parents=True, exist_ok=True)
+        solid_image(name).save(root / class_name / name, format=image_format)
+    (root / "cat" / "notes.txt").write_text("not an image")
+    solid_image("b0.png").save(root / "bird" / "b2.gif", format="GIF")
+    solid_image("b0.png").save(root / "dog" / ".hidden.png")
+    (root / "dog" / "nested").mkdir()
+    solid_image("b0.png").save(root / "dog" / "nested" / "deeper.png")
+    (root / ".cache").mkdir()
+    solid_image("b0.png").save(root / ".cache" / "hidden-class.png")
+    solid_image("b0.png").save(root / "loose.png")
+    return root
+
+
+@pytest.fixture
+def image_folder(tmp_path) -> Path:
+    return write_image_folder(tmp_path / "images")
+
+
+def expected_pixel(name: str, color: str) -> np.ndarray:
+    converted = solid_image(name).convert("RGB" if color == "rgb" else "L")
+    return np.array(converted.getpixel((0, 0)), np.uint8).reshape(-1)
+
+
+def test_image_folder_lists_classes_and_labels(image_folder):
+    folder = load_image_folder(image_folder, (5, 7))
+    assert isinstance(folder, ImageFolder)
+    assert folder.path == image_folder
+    assert folder.class_names == IMAGE_CLASSES
+    assert folder.image_shape == (5, 7, 3)
+    assert len(folder) == len(IMAGES)
+    assert sorted(file.name for file, _ in folder.files) == sorted(IMAGES)
+    for file, label in folder.files:
+        assert file.parent == image_folder / IMAGES[file.name][0]
+        assert label == IMAGE_CLASSES.index(IMAGES[file.name][0])
+        assert isinstance(label, int)
+    with pytest.raises(AttributeError):
+        folder.chunk_size = 1
+
+
+@pytest.mark.parametrize(("color", "channels"), [("rgb", 3), ("gray", 1)])
+def test_image_folder_pixels(image_folder, color, channels):
+    folder = load_image_folder(image_folder, (5, 7), color)
+    assert folder.image_shape == (5, 7, channels)
+    x, y = folder.to_arrays(progress=False)
+    assert x.shape == (len(IMAGES), 5, 7, channels)
+    assert x.dtype == np.uint8
+    assert y.dtype == np.int64
+    np.testing.assert_array_equal(y, [label for _, label in folder.files])
+    for image, (file, _) in zip(x, folder.files, strict=True):
+        want = np.broadcast_to(expected_pixel(file.name, color), image.shape)
+        if IMAGES[file.name][4] == "PNG":  # lossless: the solid colour survives the resize
+            np.testing.assert_array_equal(image, want, err_msg=file.name)
+        else:
+            np.testing.assert_allclose(image, want, atol=4, err_msg=file.name)
+
+
+def test_image_folder_resizes_bilinear_to_height_width(tmp_path):
+    gradient = Image.fromarray(np.arange(6 * 10, dtype=np.uint8).reshape(6, 10) * 4)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    gradient.save(tmp_path / "a" / "gradient.png")
+    solid_image("c0.png").save(tmp_path / "b" / "solid.png")
+    folder = load_image_folder(tmp_path, (3, 8), "gray")
+    x, _ = folder.to_arrays(progress=False)
+    row = [file.name for file, _ in folder.files].index("gradient.png")
+    want = np.asarray(gradient.resize((8, 3), Image.Resampling.BILINEAR))  # PIL takes (W, H)
+    np.testing.assert_array_equal(x[row, :, :, 0], want)
+
+
+def test_image_folder_shuffle_depends_on_seed_only(image_folder):
+    first = load_image_folder(image_folder, (2, 2), seed=0)
+    again = load_image_folder(image_folder, (2, 2), seed=0)
+    other = load_image_folder(image_folder, (2, 2), seed=1)
+    assert first.files == again.files
+    assert first.files != other.files
+    assert sorted(first.files) == sorted(other.files)
+    labels = [label for _, label in first.files]
+    assert labels != sorted(labels)  # shuffled, not left in class order
+
+
+@pytest.mark.parametrize(
+    ("chunk_size", "sizes"), [(3, [3, 3, 1]), (1, [1] * 7), (7, [7]), (100, [7])]
+)
+def test_image_folder_chunk_sizes(image_folder, chunk_size, sizes):
+    folder = load_image_folder(image_folder, (3, 4), chunk_size=chunk_size)
+    chunks = list(folder.chunks(progress=False))
+    assert [len(x) for x, _ in chunks] == sizes
+    assert [len(y) for _, y in chunks] == sizes
+    x_all, y_all = folder.to_arrays(progress=False)
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in chunks]), x_all)
+    np.testing.assert_array_equal(np.concatenate([y for _, y in chunks]), y_all)
+
+
+def test_image_folder_chunks_are_lazy(image_folder):
+    folder = load_image_folder(image_folder, (4, 4), chunk_size=3)
+    last = folder.files[-1][0]
+    last.write_bytes(b"not an image")  # after listing: only the last chunk decodes it
+    chunks = folder.chunks(progress=False)
+    assert [len(next(chunks)[0]), len(next(chunks)[0])] == [3, 3]
+    with pytest.raises(DatasetError, match=re.escape(str(last))):
+        next(chunks)
+
+
+def truncated_png(path: Path) -> None:
+    noise = np.random.default_rng(3).integers(0, 256, (16, 16), dtype=np.uint8)
+    Image.fromarray(noise).save(path)  # noise barely compresses: half the file cuts its pixels
+    raw = path.read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+
+
+def gif_named_png(path: Path) -> None:
+    solid_image("b0.png").save(path, format="GIF")
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + b"garbage" * 10)
+
+
+@pytest.mark.parametrize("corrupt", [truncated_png, gif_named_png, garbage])
+def test_image_folder_undecodable_file_is_named(image_folder, corrupt):
+    bad = image_folder / "cat" / "c0.png"
+    corrupt(bad)
+    folder = load_image_folder(image_folder, (4, 4))  # listing decodes nothing
+    with pytest.raises(DatasetError, match="cannot decode") as caught:
+        folder.to_arrays(progress=False)
+    assert str(bad) in str(caught.value)
+
+
+def test_image_folder_progress_bar(image_folder, capsys):
+    folder = load_image_folder(image_folder, (2, 2))
+    folder.to_arrays(progress=False)
+    assert capsys.readouterr().err == ""
+    folder.to_arrays(progress=True)
+    err = capsys.readouterr().err
+    assert "/7" in err
+    assert "file" in err
+
+
+def test_image_folder_accepts_numpy_sizes(image_folder):
+    folder = load_image_folder(image_folder, (np.int64(3), np.int32(2)), chunk_size=np.int64(2))
+    assert folder.image_shape == (3, 2, 3)
+    assert all(type(side) is int for side in folder.image_shape)
+    assert folder.chunk_size == 2
+
+
+def test_image_folder_missing_path(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(DatasetError, match="no such folder") as caught:
+        load_image_folder(missing, (4, 4))
+    assert str(missing) in str(caught.value)
+
+
+def test_image_folder_path_is_a_file(tmp_path):
+    file = tmp_path / "image.png"
+    solid_image("b0.png").save(file)
+    with pytest.raises(DatasetError, match="not a folder") as caught:
+        load_image_folder(file, (4, 4))
+    assert str(file) in str(caught.value)
+
+
+def test_image_folder_without_class_folders(tmp_path):
+    solid_image("b0.png").save(tmp_path / "loose.png")
+    (tmp_path / ".hidden").mkdir()
+    solid_image("b0.png").save(tmp_path / ".hidden" / "image.png")
+    with pytest.raises(DatasetError, match="no class sub-folders") as caught:
+        load_image_folder(tmp_path, (4, 4))
+    assert str(tmp_path) in str(caught.value)
+
+
+def test_image_folder_class_without_images_is_named(image_folder):
+    empty = image_folder / "empty"
+    (empty / "nested").mkdir(parents=True)
+    (empty / "readme.txt").write_text("no images here")
+    solid_image("b0.png").save(empty / ".hidden.png")
+    solid_image("b0.png").save(empty / "nested" / "deeper.png")
+    with pytest.raises(DatasetError, match="class 'empty' has no images") as caught:
+        load_image_folder(image_folder, (4, 4))
+    assert str(empty) in str(caught.value)
+
+
+def test_image_folder_refuses_a_single_class(tmp_path):
+    (tmp_path / "cat").mkdir()
+    solid_image("c0.png").save(tmp_path / "cat" / "c0.png")
+    with pytest.raises(DatasetError, match=r"only one class sub-folder \('cat'\)"):
+        load_image_folder(tmp_path, (4, 4))
+
+
+@pytest.mark.parametrize(
+    "size", [(0, 4), (4, -1), (4,), (4, 4, 4), (4.0, 4), (True, 4), "44", 4, None]
+)
+def test_image_folder_bad_size(image_folder, size):
+    with pytest.raises(DatasetError, match="size must be"):
+        load_image_folder(image_folder, size)
+
+
+@pytest.mark.parametrize("color", ["RGB", "grey", "cmyk", None])
+def test_image_folder_bad_color(image_folder, color):
+    with pytest.raises(DatasetError, match="color must be one of"):
+        load_image_folder(image_folder, (4, 4), color)
+
+
+@pytest.mark.parametrize("chunk_size", [0, -2, 1.5, True])
+def test_image_folder_bad_chunk_size(image_folder, chunk_size):
+    with pytest.raises(DatasetError, match="chunk_size must be a positive integer"):
+        load_image_folder(image_folder, (4, 4), chunk_size=chunk_size)
 
 
 # --- Real data ------------------------------------------------------------------------------

@@ -82,7 +82,9 @@ def test_port_in_use_moves_to_a_free_port(cluster):
     embedded.stop(cluster)
     port = cluster.config()["port"]
     with socket.socket() as squatter:
-        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # the port may be in TIME_WAIT
+        squatter.setsockopt(
+            socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
+        )  # the port may be in TIME_WAIT
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
         embedded.start(cluster)

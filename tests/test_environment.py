@@ -27,7 +27,7 @@ def test_connect_prefers_explicit_url_then_env_then_embedded(monkeypatch):
 
 
 def test_check_environment_reports_tensorflow_from_inside_the_server(engine, schema):
-    report = gpcnn.check_environment(engine, schema)
+    report = gpcnn.check_environment(engine)
     assert report.engine_kind in ("postgresql", "greenplum")
     assert report.segments >= 1
     assert report.probes
@@ -53,10 +53,11 @@ def test_missing_tensorflow_in_the_server_names_the_fix(tmp_path, monkeypatch):
     c = embedded.Cluster(home=home / "cluster", user=embedded.cluster().user)
     try:
         embedded.start(c)
-        engine = sa.create_engine(c.url(), poolclass=sa.pool.NullPool)
-        with pytest.raises(ServerPythonError, match="TensorFlow cannot be imported"):
-            gpcnn.check_environment(engine)
-        engine.dispose()
+        with (
+            gpcnn.connect(c.url()) as db,
+            pytest.raises(ServerPythonError, match="TensorFlow cannot be imported"),
+        ):
+            gpcnn.check_environment(db)
     finally:
         embedded.stop(c)
         shutil.rmtree(home, ignore_errors=True)
@@ -66,9 +67,10 @@ def test_another_installed_version_is_named_with_the_fix(engine):
     from gpcnn.install import InstallError, ensure_installed, install
 
     schema = "gpcnn_version_test"
-    install(engine, schema)
-    assert ensure_installed(engine, schema)  # same version: accepted
-    with engine.begin() as conn:
+    db = gpcnn.connect(engine.url, schema=schema)
+    install(db)
+    assert ensure_installed(db)  # same version: accepted
+    with db.begin() as conn:
         conn.execute(
             sa.text(
                 f"CREATE OR REPLACE FUNCTION {schema}.version() RETURNS text AS "
@@ -76,8 +78,9 @@ def test_another_installed_version_is_named_with_the_fix(engine):
             )
         )
     with pytest.raises(InstallError, match=r"holds gpcnn 0\.0\.1\+old.*gpcnn install"):
-        ensure_installed(engine, schema)
-    install(engine, schema)  # upgrading over it works, in place
-    assert ensure_installed(engine, schema)
-    with engine.begin() as conn:
+        ensure_installed(db)
+    install(db)  # upgrading over it works, in place
+    assert ensure_installed(db)
+    with db.begin() as conn:
         conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+    db.close()

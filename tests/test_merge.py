@@ -9,6 +9,9 @@ Every expected number below is written out by hand; the derivation is in the com
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
+
 import numpy as np
 import pytest
 
@@ -249,13 +252,11 @@ def test_easgd_keeps_per_segment_models_distinct():
                     assert not np.allclose(sent[i], sent[j], atol=1e-3)
 
 
-def test_easgd_refuses_k_alpha_of_one_or_more():
-    rule = merge.make_rule("easgd", ALL, 2, alpha=0.5)
-    with pytest.raises(ValueError, match="K\\*alpha < 1"):
-        rule.start(f32(0, 0, 0), KEYS)
-    rule = merge.make_rule("easgd", ALL, 4, alpha=0.3)
-    with pytest.raises(ValueError, match="alpha"):
-        rule.start(f32(0, 0, 0), [0, 1, 2, 3])
+def test_easgd_refuses_k_alpha_of_one_or_more_before_it_starts():
+    with pytest.raises(ValueError, match=r"K\*alpha = 2 \* 0.5 = 1$"):
+        merge.make_rule("easgd", ALL, 2, alpha=0.5)
+    with pytest.raises(ValueError, match=r"K\*alpha = 4 \* 0.3 = 1.2$"):
+        merge.make_rule("easgd", ALL, 4, alpha=0.3)
     merge.make_rule("easgd", ALL, 2, alpha=0.49).start(f32(0, 0, 0), KEYS)  # 0.98 < 1 is fine
 
 
@@ -317,19 +318,213 @@ def test_make_rule_names_and_options():
         merge.make_rule("median", ALL, 2)
     with pytest.raises(ValueError, match="average, bmuf, easgd, none"):
         merge.make_rule("Average", ALL, 2)
-    with pytest.raises(ValueError, match="does not take"):
+    with pytest.raises(ValueError, match=r"momentum=0\.9 is not an option"):
         merge.make_rule("bmuf", ALL, 2, momentum=0.9)
-    with pytest.raises(ValueError, match="does not take"):
+    with pytest.raises(ValueError, match=r"eta=0\.9 is not an option"):
         merge.make_rule("average", ALL, 2, eta=0.9)
-    with pytest.raises(ValueError, match="does not take"):
+    with pytest.raises(ValueError, match=r"alpha=0\.1 is not an option"):
         merge.make_rule("none", ALL, 2, alpha=0.1)
-    with pytest.raises(ValueError, match="does not take"):
+    with pytest.raises(ValueError, match=r"eta=0\.1 is not an option"):
         merge.make_rule("easgd", ALL, 2, eta=0.1)
 
 
-def test_make_rule_refuses_internal_fields_as_options():
-    with pytest.raises(ValueError, match="does not take"):
-        merge.make_rule("easgd", ALL, 2, per_segment=False)
+@pytest.mark.parametrize(
+    ("name", "option"),
+    [("easgd", "per_segment"), ("easgd", "locals_"), ("bmuf", "delta"), ("average", "center")],
+)
+def test_make_rule_refuses_internal_fields_as_options(name, option):
+    with pytest.raises(ValueError, match=f"{option}=False is not an option"):
+        merge.make_rule(name, ALL, 2, **{option: False})
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [("bmuf", {"eta": 1.5}), ("bmuf", {"etta": 0.5}), ("easgd", {"alpha": 0.5}), ("x", {})],
+)
+def test_make_rule_raises_what_check_options_raises(name, options):
+    with pytest.raises(ValueError) as checked:
+        merge.check_options(name, options, 2)
+    with pytest.raises(ValueError) as made:
+        merge.make_rule(name, ALL, 2, **options)
+    assert str(made.value) == str(checked.value)
+
+
+# -- check_options: merge-rule parameters refused before any work --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "segments", "want"),
+    [
+        ("average", 2, {}),
+        ("none", 3, {}),
+        ("bmuf", 2, {"eta": 0.9, "zeta": 1.0, "nesterov": True}),
+        ("easgd", 1, {"alpha": 0.9}),
+        ("easgd", 4, {"alpha": 0.225}),  # 0.9 / K
+    ],
+)
+def test_check_options_fills_in_the_defaults(name, segments, want):
+    assert merge.check_options(name, None, segments) == want
+    assert merge.check_options(name, {}, segments) == want
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "want"),
+    [
+        ("bmuf", {"eta": 0, "zeta": 1}, {"eta": 0.0, "zeta": 1.0, "nesterov": True}),
+        ("bmuf", {"eta": 0.999, "nesterov": False}, {"eta": 0.999, "zeta": 1.0, "nesterov": False}),
+        ("bmuf", {"zeta": 1e-12}, {"eta": 0.9, "zeta": 1e-12, "nesterov": True}),
+        (
+            "bmuf",
+            {"eta": np.float32(0.5), "zeta": np.int64(2), "nesterov": np.bool_(False)},
+            {"eta": 0.5, "zeta": 2.0, "nesterov": False},
+        ),
+        ("easgd", {"alpha": np.float64(0.3)}, {"alpha": 0.3}),
+        ("easgd", {"alpha": 0.33}, {"alpha": 0.33}),  # K*alpha = 0.99 < 1
+    ],
+)
+def test_check_options_passes_valid_options_through_as_python_numbers(name, options, want):
+    given = dict(options)
+    got = merge.check_options(name, options, 3)
+    assert got == want
+    assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
+    assert options == given  # the caller's mapping is left alone
+
+
+def test_check_options_takes_its_option_names_from_the_rule_class(monkeypatch):
+    @dataclass
+    class Warmed(merge.ElasticAveraging):
+        warmup: bool = False
+        ramp: float = field(default=0.0, init=False)  # internal, not an option
+
+    monkeypatch.setitem(merge.RULES, "warmed", Warmed)
+    got = merge.check_options("warmed", {"warmup": True}, 2)
+    assert got == {"alpha": 0.45, "warmup": True}
+    with pytest.raises(ValueError, match=r"warmed takes alpha, warmup$"):
+        merge.check_options("warmed", {"ramp": 1.0}, 2)
+    with pytest.raises(ValueError, match="warmup=1 is not a bool"):
+        merge.check_options("warmed", {"warmup": 1}, 2)
+
+
+@pytest.mark.parametrize("name", ["median", "Average", "", "bmuf "])
+def test_check_options_refuses_an_unknown_rule(name):
+    with pytest.raises(ValueError) as e:
+        merge.check_options(name, None, 2)
+    assert str(e.value) == f'merge="{name}": choose one of average, bmuf, easgd, none'
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("bmuf", {"etta": 0.5}, "etta=0.5 is not an option: bmuf takes eta, zeta, nesterov"),
+        (
+            "bmuf",
+            {"eta": 0.5, "Zeta": 1},
+            "Zeta=1 is not an option: bmuf takes eta, zeta, nesterov",
+        ),
+        (
+            "bmuf",
+            {"etta": 1, "zetta": 2},
+            "etta=1, zetta=2 are not options: bmuf takes eta, zeta, nesterov",
+        ),
+        ("easgd", {"eta": 0.1}, "eta=0.1 is not an option: easgd takes alpha"),
+        ("easgd", {"trainable": "mask"}, "trainable='mask' is not an option: easgd takes alpha"),
+        ("average", {"eta": 0.9}, "eta=0.9 is not an option: average takes no options"),
+        ("none", {"alpha": 0.1}, "alpha=0.1 is not an option: none takes no options"),
+    ],
+)
+def test_check_options_refuses_an_unknown_option_and_lists_the_valid_ones(name, options, message):
+    with pytest.raises(ValueError) as e:
+        merge.check_options(name, options, 2)
+    assert str(e.value) == f'merge="{name}": {message}'
+
+
+ETA = "eta must be in [0, 1) (eta >= 1 makes the block momentum diverge)"
+ZETA = "zeta must be > 0 (zeta <= 0 never steps toward the average)"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"eta": 1.5}, f"eta=1.5 is out of range: {ETA}"),
+        ({"eta": 1}, f"eta=1 is out of range: {ETA}"),
+        ({"eta": -0.1}, f"eta=-0.1 is out of range: {ETA}"),
+        ({"eta": np.float64(1.5)}, f"eta=1.5 is out of range: {ETA}"),  # shown plain
+        ({"zeta": 0}, f"zeta=0 is out of range: {ZETA}"),
+        ({"zeta": -1.0}, f"zeta=-1.0 is out of range: {ZETA}"),
+    ],
+)
+def test_check_options_refuses_bmuf_values_out_of_range(options, message):
+    with pytest.raises(ValueError) as e:
+        merge.check_options("bmuf", options, 2)
+    assert str(e.value) == f'merge="bmuf": {message}'
+
+
+@pytest.mark.parametrize(
+    ("name", "option"), [("bmuf", "eta"), ("bmuf", "zeta"), ("easgd", "alpha")]
+)
+@pytest.mark.parametrize(
+    "value", [True, False, np.bool_(True), "0.5", None, [0.5], 0.5j, math.nan, math.inf, -math.inf]
+)
+def test_check_options_refuses_what_is_not_a_finite_real_number(name, option, value):
+    with pytest.raises(ValueError, match=f"is not a finite real number: {option} must be"):
+        merge.check_options(name, {option: value}, 2)
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"), [(1, "1"), (0, "0"), (1.0, "1.0"), ("True", "'True'"), (None, "None")]
+)
+def test_check_options_refuses_a_nesterov_that_is_not_a_bool(value, shown):
+    with pytest.raises(ValueError) as e:
+        merge.check_options("bmuf", {"nesterov": value}, 2)
+    assert str(e.value) == (
+        f'merge="bmuf": nesterov={shown} is not a bool: nesterov must be True or False'
+    )
+
+
+@pytest.mark.parametrize(
+    ("segments", "alpha", "product"),
+    [
+        (2, -1, "2 * -1 = -2"),
+        (2, 0, "2 * 0 = 0"),
+        (2, 0.5, "2 * 0.5 = 1"),
+        (4, 0.3, "4 * 0.3 = 1.2"),
+        (1, 1.0, "1 * 1.0 = 1"),
+        (3, 0.34, "3 * 0.34 = 1.02"),
+    ],
+)
+def test_check_options_refuses_an_easgd_alpha_out_of_range(segments, alpha, product):
+    with pytest.raises(ValueError) as e:
+        merge.check_options("easgd", {"alpha": alpha}, segments)
+    assert str(e.value) == (
+        f'merge="easgd": alpha={alpha} is out of range: alpha must be > 0 with K*alpha < 1, '
+        f"i.e. in (0, {1 / segments:g}) for K={segments} segments; here K*alpha = {product}"
+    )
+
+
+def test_check_options_messages_in_full():
+    cases = [
+        (
+            "bmuf",
+            {"eta": 1.5},
+            'merge="bmuf": eta=1.5 is out of range: eta must be in [0, 1) '
+            "(eta >= 1 makes the block momentum diverge)",
+        ),
+        (
+            "easgd",
+            {"alpha": -1},
+            'merge="easgd": alpha=-1 is out of range: alpha must be > 0 with K*alpha < 1, '
+            "i.e. in (0, 0.5) for K=2 segments; here K*alpha = 2 * -1 = -2",
+        ),
+        (
+            "bmuf",
+            {"etta": 0.5},
+            'merge="bmuf": etta=0.5 is not an option: bmuf takes eta, zeta, nesterov',
+        ),
+    ]
+    for name, options, message in cases:
+        with pytest.raises(ValueError) as e:
+            merge.check_options(name, options, 2)
+        assert str(e.value) == message
 
 
 # -- weights vs gradients ----------------------------------------------------------------------

@@ -27,6 +27,12 @@ VALID = f"{DATA_SCHEMA}.valid"  # also: one buffer per segment
 
 
 @pytest.fixture(scope="module")
+def engine(engine_any_dispatch):
+    """Every test here runs in both dispatch modes (see conftest)."""
+    return engine_any_dispatch
+
+
+@pytest.fixture(scope="module")
 def model():
     keras.utils.set_random_seed(7)
     return keras.Sequential(
@@ -55,7 +61,6 @@ def tables(engine, schema):
         buffer_size=20,
         replace=True,
         progress=False,
-        schema=schema,
     )
     load_images(
         engine,
@@ -66,9 +71,8 @@ def tables(engine, schema):
         buffer_size=100,
         replace=True,
         progress=False,
-        schema=schema,
     )
-    return {"train": describe(engine, TRAIN, schema), "valid": describe(engine, VALID, schema)}
+    return {"train": describe(engine, TRAIN), "valid": describe(engine, VALID)}
 
 
 def estimator(engine, schema, model, **params) -> GreenplumCNN:
@@ -79,7 +83,6 @@ def estimator(engine, schema, model, **params) -> GreenplumCNN:
         iterations=1,
         seed=SEED,
         database=engine,
-        schema=schema,
         threads_per_segment=1,
         progress=False,
     )

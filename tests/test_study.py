@@ -12,6 +12,12 @@ from gpcnn import cli, experiments, plots
 
 
 @pytest.fixture(scope="module")
+def engine(engine_any_dispatch):
+    """Every test here runs in both dispatch modes (see conftest)."""
+    return engine_any_dispatch
+
+
+@pytest.fixture(scope="module")
 def study(engine, schema, tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
     url = engine.url.render_as_string(hide_password=False)
@@ -32,6 +38,8 @@ def study(engine, schema, tmp_path_factory):
         "--schema",
         schema,
     ]
+    if engine.dispatch:
+        argv += ["--dispatch", engine.dispatch]
     assert cli.main(argv) == 0
     return out, argv
 
@@ -70,7 +78,7 @@ def test_report_tables_hold_the_csv_numbers(study):
 def test_figures_plot_the_csv_series(study):
     out, _ = study
     rows = experiments.read_csv(out / "history.csv")
-    figures = plots.figures(rows)
+    figures = plots.figures(rows, experiments.RULES)
     assert set(figures) >= {
         "mnist-sample_merge_vs_nomerge_k2",
         "mnist-sample_rules_k2",
@@ -100,7 +108,8 @@ def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, engine, schem
     with engine.connect() as conn:
         assert conn.execute(sa.text(count)).scalar() == before
     # Interrupt the `average` run after its first iteration: drop its result file and its
-    # last stored iteration; the study must resume that run, not start a new one.
+    # last stored iteration, and leave it "running" as a killed client does; the study must
+    # resume that run, not start a new one.
     result = out / "runs" / "mnist-sample-average-k2-m1.json"
     first = json.loads(result.read_text())["history"]
     result.unlink()
@@ -113,6 +122,9 @@ def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, engine, schem
         conn.execute(
             sa.text(f"DELETE FROM {schema}.run_iterations WHERE run_id = :r AND iteration = 2"),
             {"r": run_id},
+        )
+        conn.execute(
+            sa.text(f"UPDATE {schema}.runs SET status = 'running' WHERE run_id = :r"), {"r": run_id}
         )
     assert cli.main(argv) == 0
     with engine.connect() as conn:
@@ -150,7 +162,7 @@ def test_merge_frequency_figure_pairs_each_rule_by_colour_and_line_style():
         for m in (1, 4)
         for r in history(merge, k, m)
     ]
-    figure = plots.figures(rows)["d_merges_per_epoch_epochs"]
+    figure = plots.figures(rows, experiments.RULES)["d_merges_per_epoch_epochs"]
     lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
     assert sorted(lines) == sorted(
         f"d-{rule}-m{m}" for rule in ("single-k1", "average-k4", "bmuf-k4") for m in (1, 4)
@@ -169,8 +181,10 @@ def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, engine,
     from gpcnn import segment
     from gpcnn.tables import read_images
 
+    if engine.dispatch:
+        pytest.skip("sync trains outside the database: one dispatch mode covers it")
     spec = experiments.RunSpec("mnist-sample", "sync", 2, 1, 1)
-    (sync,) = experiments.run_one(engine, spec, tmp_path, schema=schema, progress=False)
+    (sync,) = experiments.run_one(engine, spec, tmp_path, progress=False)
 
     keras = segment.keras_module()
     keras.utils.set_random_seed(spec.seed)
@@ -181,8 +195,8 @@ def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, engine,
         metrics=["accuracy"],
     )
     tables = f"{schema}_images.mnist_sample"
-    x, y = read_images(engine, f"{tables}_k2_train", schema)
-    x_val, y_val = read_images(engine, f"{tables}_test", schema)
+    x, y = read_images(engine, f"{tables}_k2_train")
+    x_val, y_val = read_images(engine, f"{tables}_test")
     fitted = model.fit(segment.to_model_input(x), y, batch_size=64, shuffle=False, verbose=0)
     val_loss, _ = model.evaluate(segment.to_model_input(x_val), y_val, verbose=0)
     assert sync["images"] == len(x) == 4000

@@ -88,7 +88,7 @@ def _random(n: int, seed: int = 0, shape=(28, 28), classes: int = 10):
 
 def _load(engine, schema, table, x, y, **kw):
     kw.setdefault("progress", False)
-    return load_images(engine, table, x, y, schema=schema, **kw)
+    return load_images(engine, table, x, y, **kw)
 
 
 def _exists(engine, table: TableName) -> bool:
@@ -185,7 +185,7 @@ def test_fashion_round_trip_per_buffer_in_order(engine, schema, backend, fashion
     perm = np.random.default_rng(7).permutation(len(x))
     xs, ys = x[perm], y[perm]
 
-    rx, ry = read_images(engine, f"{IMG}.fashion", schema=schema)
+    rx, ry = read_images(engine, f"{IMG}.fashion")
     assert rx.dtype == np.uint8 and rx.shape == (N_FASHION, 28, 28, 1)
     assert ry.dtype == np.dtype("<i4")
     np.testing.assert_array_equal(rx[..., 0], xs)
@@ -210,9 +210,7 @@ def test_fashion_round_trip_per_buffer_in_order(engine, schema, backend, fashion
     assert all(buffers >= 2 for _, buffers in per_key.values())  # several per segment
 
     assert (
-        info
-        == describe(engine, (IMG, "fashion"), schema)
-        == gpcnn.describe_table(engine, f"{IMG}.fashion", schema=schema)
+        info == describe(engine, (IMG, "fashion")) == gpcnn.describe_table(engine, f"{IMG}.fashion")
     )
     assert info.table == table
     assert info.image_shape == (28, 28, 1)
@@ -255,7 +253,7 @@ def test_segments_balanced_and_never_empty(engine, schema, backend, n, k, buffer
     if buffer_size is None and n >= 4 * k:
         assert all(buffers >= 2 for _, buffers in per_key.values())
     np.testing.assert_array_equal(
-        read_images(engine, f"{IMG}.balance", schema)[0][..., 0],
+        read_images(engine, f"{IMG}.balance")[0][..., 0],
         x[np.random.default_rng(0).permutation(n)],
     )
 
@@ -366,7 +364,7 @@ def test_identifiers(engine, schema, given, stored):
         engine, name.with_suffix("__seg1")
     )
     for spelling in (given, stored, name):  # every spelling reaches the same table
-        rx, ry = read_images(engine, spelling, schema=schema)
+        rx, ry = read_images(engine, spelling)
         perm = np.random.default_rng(0).permutation(20)
         np.testing.assert_array_equal(rx[..., 0], x[perm])
         np.testing.assert_array_equal(ry, y[perm])
@@ -381,7 +379,7 @@ def test_unqualified_name_goes_to_the_current_schema(engine, schema):
     try:
         info = _load(engine, schema, "GPCNN_Tables_Unqualified", x, y, segments=2)
         assert info.table == name and _exists(engine, name)
-        assert len(read_images(engine, "gpcnn_tables_unqualified", schema)[0]) == 10
+        assert len(read_images(engine, "gpcnn_tables_unqualified")[0]) == 10
     finally:
         with engine.begin() as conn:
             conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{current}".gpcnn_tables_unqualified')
@@ -495,7 +493,7 @@ def test_float_images_in_unit_range_converted_with_warning(engine, schema):
     with pytest.warns(UserWarning, match="uint8"):
         info = _load(engine, schema, f"{IMG}.floats", x, y, segments=2)
     assert info.image_shape == (8, 8, 3)
-    rx, _ = read_images(engine, f"{IMG}.floats", schema)
+    rx, _ = read_images(engine, f"{IMG}.floats")
     expected = np.rint(x * 255).astype(np.uint8)[np.random.default_rng(0).permutation(16)]
     np.testing.assert_array_equal(rx, expected)
 
@@ -506,7 +504,7 @@ def test_not_an_image_table(engine, schema):
         conn.exec_driver_sql(f"CREATE TABLE IF NOT EXISTS {IMG}.plain (a int)")
     for table in (f"{IMG}.plain", f"{IMG}.missing"):
         with pytest.raises(TableError, match="not a gpcnn image table"):
-            read_images(engine, table, schema)
+            read_images(engine, table)
 
 
 # -- replace, and atomicity ---------------------------------------------------------------------
@@ -516,14 +514,12 @@ def _previous(engine, schema, name: str, n: int = 200):
     """A small existing table: its data, read-back and catalog row."""
     x, y = _random(n, seed=11)
     _load(engine, schema, (IMG, name), x, y, segments=3, replace=True, source="previous")
-    return read_images(engine, (IMG, name), schema), _catalog_row(
-        engine, schema, TableName(IMG, name)
-    )
+    return read_images(engine, (IMG, name)), _catalog_row(engine, schema, TableName(IMG, name))
 
 
 def _assert_intact_data(engine, schema, name: str, previous) -> None:
     (px, py), prow = previous
-    rx, ry = read_images(engine, (IMG, name), schema)
+    rx, ry = read_images(engine, (IMG, name))
     np.testing.assert_array_equal(rx, px)
     np.testing.assert_array_equal(ry, py)
     assert _catalog_row(engine, schema, TableName(IMG, name)) == prow
@@ -548,7 +544,7 @@ def test_replace_true_swaps(engine, schema):
     x, y = _random(50, seed=99)
     info = _load(engine, schema, f"{IMG}.swap", x, y, segments=2, replace=True, source="new")
     assert info.segments == 2 and info.images == 50 and info.source == "new"
-    rx, ry = read_images(engine, f"{IMG}.swap", schema)
+    rx, ry = read_images(engine, f"{IMG}.swap")
     perm = np.random.default_rng(0).permutation(50)
     np.testing.assert_array_equal(rx[..., 0], x[perm])
     np.testing.assert_array_equal(ry, y[perm])
@@ -635,7 +631,7 @@ def test_next_load_removes_a_leftover_staging_table(engine, schema, backend):
     x, y = _random(30)
     assert _load(engine, schema, f"{IMG}.leftover", x, y, segments=2, replace=True).images == 30
     assert _relations(engine, IMG, tables.STAGING_SUFFIX) == []
-    assert len(read_images(engine, f"{IMG}.leftover", schema)[0]) == 30
+    assert len(read_images(engine, f"{IMG}.leftover")[0]) == 30
 
 
 CHILD = r"""
@@ -656,7 +652,7 @@ def paced(*args):  # keep the COPY in flight long enough to be caught mid-way on
 
 
 tables._copy_row = paced
-tables.load_images(connect(url), table, x, y, segments=2, replace=True, progress=False, schema=schema)
+tables.load_images(connect(url), table, x, y, segments=2, replace=True, progress=False)
 print("finished", flush=True)
 """
 
@@ -721,21 +717,21 @@ def test_cli_load_mnist_sample(engine, schema, url, capsys, monkeypatch):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "4,000 images" in out and "1,000 images" in out
-    train = describe(engine, f"{IMG}.cli_mnist_train", schema)
-    test = describe(engine, f"{IMG}.cli_mnist_test", schema)
+    train = describe(engine, f"{IMG}.cli_mnist_train")
+    test = describe(engine, f"{IMG}.cli_mnist_test")
     assert (train.images, test.images) == (4000, 1000)
     assert train.images_per_segment == (2000, 2000) and test.images_per_segment == (500, 500)
     assert train.image_shape == (28, 28, 1) and train.class_names == tuple("0123456789")
     assert "mnist-sample" in train.source and "train" in train.source
     assert "test" in test.source
-    x, y = read_images(engine, f"{IMG}.cli_mnist_train", schema)
+    x, y = read_images(engine, f"{IMG}.cli_mnist_train")
     assert x.shape == (4000, 28, 28, 1) and len(y) == 4000
 
     assert cli.main(argv) == 1  # exists, no --replace: nothing touched
     assert "--replace" in capsys.readouterr().err
-    assert describe(engine, f"{IMG}.cli_mnist_train", schema) == train
+    assert describe(engine, f"{IMG}.cli_mnist_train") == train
     assert cli.main([*argv, "--replace", "--train-table", f"{IMG}.other_train"]) == 0
-    assert describe(engine, f"{IMG}.other_train", schema).images == 4000
+    assert describe(engine, f"{IMG}.other_train").images == 4000
 
 
 # -- Greenplum and PostgreSQL SQL as text -------------------------------------------------------

@@ -34,6 +34,12 @@ def tiny_cnn(batchnorm_dropout: bool = False, classes: int = 3):
 
 
 @pytest.fixture(scope="module")
+def engine(engine_any_dispatch):
+    """Every test here runs in both dispatch modes (see conftest)."""
+    return engine_any_dispatch
+
+
+@pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(3)
     labels = rng.integers(0, 3, 150)
@@ -59,7 +65,6 @@ def tables(engine, schema, data):
             buffer_size=20,
             replace=True,
             progress=False,
-            schema=schema,
         )
     names["test"] = f"{DATA_SCHEMA}.test"
     load_images(
@@ -70,7 +75,6 @@ def tables(engine, schema, data):
         segments=2,
         replace=True,
         progress=False,
-        schema=schema,
     )
     return names
 
@@ -83,7 +87,6 @@ def estimator(engine, schema, model, **params):
         iterations=1,
         seed=11,
         database=engine,
-        schema=schema,
         threads_per_segment=1,
         progress=False,
     )
@@ -94,7 +97,7 @@ def shards(engine, schema, table):
     """Each key's (images, labels) in buffer order, cut into buffers, as stored."""
     from gpcnn.tables import TableName, describe
 
-    info = describe(engine, table, schema)
+    info = describe(engine, table)
     with engine.connect() as conn:
         rows = conn.execute(
             sa.text(
@@ -245,7 +248,7 @@ def test_sklearn_contract(engine, schema):
 def test_predict_and_evaluate_in_the_database_equal_local(engine, schema, tables):
     with estimator(engine, schema, tiny_cnn(), iterations=2) as est:
         est.fit(tables[2])
-        x, y = read_images(engine, tables["test"], schema)
+        x, y = read_images(engine, tables["test"])
         in_db = est.predict_proba(tables["test"])
         local = est.predict_proba(x)
         np.testing.assert_allclose(in_db, local, atol=1e-5)

@@ -1,35 +1,13 @@
-"""One backend per engine behind one interface: PostgreSQL (embedded default) and Greenplum/Cloudberry."""
+"""The engine layer: every statement gpcnn sends, one backend per engine behind one handle.
 
-from __future__ import annotations
+``connect`` gives the handle (``Database``); ``base``/``postgres``/``greenplum`` hold what differs per
+engine (DDL, settings, dispatch of an iteration); ``catalog`` gpcnn's own tables and the statements on
+them; ``functions`` the DDL of the in-database functions; ``sessions`` the segment sessions.
+"""
 
-import os
-
-import sqlalchemy as sa
-
-from .base import Backend
+from .base import DISPATCHES, Backend
+from .database import Database, connect
 from .greenplum import GreenplumBackend
 from .postgres import PostgresBackend
 
-__all__ = ["Backend", "GreenplumBackend", "PostgresBackend", "backend_for", "connect"]
-
-
-def connect(url: str | None = None) -> sa.Engine:
-    """A SQLAlchemy engine: ``url``, else ``$GPCNN_DATABASE_URL``, else the embedded cluster."""
-    if url is None:
-        url = os.environ.get("GPCNN_DATABASE_URL")
-    if url is None:
-        from .. import embedded
-
-        url = embedded.url()
-    parsed = sa.make_url(url)
-    if parsed.drivername in ("postgresql", "postgres", "greenplum"):
-        parsed = parsed.set(drivername="postgresql+psycopg2")
-    return sa.create_engine(parsed, pool_pre_ping=True)
-
-
-def backend_for(engine: sa.Engine, schema: str = "gpcnn") -> Backend:
-    """The backend that matches the server behind ``engine``."""
-    with engine.connect() as conn:
-        role = conn.execute(sa.text("SELECT current_setting('gp_role', true)")).scalar()
-    cls = GreenplumBackend if role else PostgresBackend
-    return cls(engine, schema)
+__all__ = ["DISPATCHES", "Backend", "Database", "GreenplumBackend", "PostgresBackend", "connect"]

@@ -1,4 +1,16 @@
-"""What every engine offers gpcnn; subclasses differ only in DDL, settings and dispatch."""
+"""What every engine offers gpcnn; subclasses differ only in DDL, settings and dispatch.
+
+Statements use one parameter style, SQLAlchemy's ``:name`` (``CAST(:x AS integer[])`` where a
+type is needed); the segment sessions compile them for the driver. Identifiers are quoted here
+(``quote``, ``TableName.sql``) and nowhere else.
+
+Dispatch — how one iteration reaches the segments:
+- ``"sessions"`` (PostgreSQL's default): one session per segment, each runs the statement for its
+  keys, all at once (K segments use K cores); the K states are merged by one more statement.
+- ``"statement"`` (Greenplum's only way): one statement for all keys in one session, ``GROUP BY``
+  key with the merge on top. ``connect(dispatch="statement")`` runs PostgreSQL this way, so the
+  suite exercises Greenplum's path: the same statement text, bookkeeping and decoding.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +22,26 @@ import sqlalchemy as sa
 
 from .sessions import SegmentSessions
 
+DISPATCHES = (None, "sessions", "statement")
+
+
+def text_safe(sql: str) -> str:
+    """Quoted identifiers inside a ``:name`` statement: a colon in a name is not a parameter."""
+    return sql.replace(":", "\\:")
+
 
 class Backend:
-    """An engine gpcnn runs on, bound to a SQLAlchemy engine and gpcnn's schema."""
+    """An engine gpcnn runs on, bound to a SQLAlchemy engine, gpcnn's schema and a dispatch."""
 
     kind: ClassVar[str] = "abstract"
+    native_dispatch: ClassVar[str] = "sessions"
 
-    def __init__(self, engine: sa.Engine, schema: str = "gpcnn") -> None:
+    def __init__(self, engine: sa.Engine, schema: str = "gpcnn", dispatch: str | None = None):
+        if dispatch not in DISPATCHES:
+            raise ValueError(f"dispatch={dispatch!r}: choose one of {DISPATCHES}")
         self.engine = engine
         self.schema = schema
+        self.dispatch = dispatch or self.native_dispatch
 
     def quote(self, identifier: str) -> str:
         return self.engine.dialect.identifier_preparer.quote(identifier)
@@ -30,6 +53,10 @@ class Backend:
     def server_version(self) -> str:
         with self.engine.connect() as conn:
             return conn.execute(sa.text("SELECT version()")).scalar()
+
+    def server_version_num(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.text("SHOW server_version_num")).scalar())
 
     def default_segments(self) -> int:
         """K when the user gives none."""
@@ -49,10 +76,12 @@ class Backend:
         "__dist_key__ integer NOT NULL, buffer_id integer NOT NULL, n integer NOT NULL, "
         "x bytea NOT NULL, y bytea NOT NULL"
     )
+    COPY_COLUMNS: ClassVar[str] = "__dist_key__, buffer_id, n, x, y"
     # Images barely compress: EXTERNAL (out of line, uncompressed) made COPY ~10x faster.
     EXTERNAL_STORAGE: ClassVar[str] = (
         "ALTER COLUMN x SET STORAGE EXTERNAL, ALTER COLUMN y SET STORAGE EXTERNAL"
     )
+    partitioned: ClassVar[bool] = False  # one partition per segment (PostgreSQL's layout)
 
     def distribution(self, *columns: str) -> str:
         """What follows ``CREATE TABLE name (...)`` for gpcnn's own tables."""
@@ -69,73 +98,116 @@ class Backend:
         """Statements that give the staging table (and its parts) the final name."""
         return [f"ALTER TABLE {staging.sql(self)} RENAME TO {self.quote(table.name)}"]
 
+    def drop_ddl(self, table, if_exists: bool = False) -> str:
+        """Drops an image table with its parts."""
+        return f"DROP TABLE {'IF EXISTS ' if if_exists else ''}{table.sql(self)}"
+
+    def create_schema_ddl(self, schema: str) -> str:
+        return f"CREATE SCHEMA IF NOT EXISTS {self.quote(schema)}"
+
+    def drop_schema_ddl(self, schema: str) -> str:
+        return f"DROP SCHEMA IF EXISTS {self.quote(schema)}"
+
+    def lock_name(self, conn: sa.Connection, name: str) -> None:
+        """Serialise loads of one table name until the transaction ends."""
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtext(name))))
+
+    def copy_sql(self, table) -> str:
+        """The binary COPY into an image table (a driver-level statement: no parameters)."""
+        return f"COPY {table.sql(self)} ({self.COPY_COLUMNS}) FROM STDIN WITH (FORMAT binary)"
+
+    def buffers_sql(self, table) -> str:
+        """Every buffer's (key, buffer_id, images), in training order."""
+        return f"SELECT __dist_key__, buffer_id, n FROM {table.sql(self)} ORDER BY 1, 2"
+
+    def read_sql(self, table) -> str:
+        return f"SELECT x, y, n FROM {table.sql(self)} ORDER BY buffer_id"
+
+    def shard_sql(self, table) -> str:
+        """Every buffer with its key, in training order (tests compare with the stored shards)."""
+        return (
+            f"SELECT __dist_key__, x, y, n FROM {table.sql(self)} ORDER BY __dist_key__, buffer_id"
+        )
+
     # -- iterations (the queries; the same functions on every engine) --------------------------
 
     session_settings: ClassVar[tuple[str, ...]] = ()
 
+    @property
+    def per_segment_sessions(self) -> bool:
+        return self.dispatch == "sessions"
+
     def open_sessions(self, segments: int, threads: int = 0) -> SegmentSessions:
-        """Sessions for the iterations of a fit whose segment processes run ``threads`` TF threads."""
-        raise NotImplementedError
+        """Sessions for the iterations of a fit of ``segments`` keys whose segment processes run
+        ``threads`` TF threads: one per segment, or one for all (``"statement"``)."""
+        count = segments if self.per_segment_sessions else 1
+        return SegmentSessions(self.engine, count, self.session_settings, threads, segments)
 
     def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
         """Which keys each session handles: one statement per group, run concurrently."""
-        raise NotImplementedError
+        if not self.per_segment_sessions:
+            return [[int(k) for k in keys]]
+        count = min(len(keys), sessions)
+        return [[int(k) for k in keys[i::count]] for i in range(count)]
 
     def default_threads(self, segments: int) -> int:
         """TensorFlow threads per segment process when the user sets none."""
         raise NotImplementedError
 
     def training_sql(self, table_sql: str, outer: str | None, per_segment: bool = False) -> str:
-        """Shape (b) of DESIGN.md: each key's buffers of the slice, in a fixed order, through the
-        ``train`` aggregate; ``outer`` = "merge" adds and finalises the K states, "final" finalises
-        each key's state, None returns the raw states. With ``per_segment``, each key starts from
-        its own model and optimizer state in ``segment_models`` (joined by key: on Greenplum both
-        tables are distributed by it, so no motion), else from the ``weights`` parameter."""
-        s = self.qschema
-        start, join = "%(weights)s, %(optimizer)s", ""
+        """Shape (b) of docs/design.md: each key's buffers of the slice, in a fixed order, through
+        the ``train`` aggregate; ``outer`` = "merge" adds and finalises the K states, "final"
+        finalises each key's state, None returns the raw states. With ``per_segment``, each key
+        starts from its own model and optimizer state in ``segment_models`` (joined by key: on
+        Greenplum both tables are distributed by it, so no motion), else from ``:weights``."""
+        s, table_sql = text_safe(self.qschema), text_safe(table_sql)
+        start, join = ":weights, :optimizer", ""
         if per_segment:
             start = "m.weights, m.optimizer"
             join = (
-                f"JOIN {s}.segment_models m ON m.run_id = %(run_id)s "
+                f"JOIN {s}.segment_models m ON m.run_id = :run_id "
                 "AND m.__dist_key__ = t.__dist_key__ "
             )
         inner = (
-            f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, t.x, t.y, t.n, %(model)s, "
-            f"%(options)s, {start}, p.expected ORDER BY e.epoch, t.buffer_id) AS state "
+            f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, t.x, t.y, t.n, :model, "
+            f":options, {start}, p.expected ORDER BY e.epoch, t.buffer_id) AS state "
             f"FROM {table_sql} t {join}"
-            "JOIN unnest(%(keys)s::integer[], %(first)s::integer[], %(stop)s::integer[], "
-            "%(expected)s::bigint[]) AS p(key, first_buffer, stop_buffer, expected) "
+            "JOIN unnest(CAST(:keys AS integer[]), CAST(:first AS integer[]), "
+            "CAST(:stop AS integer[]), CAST(:expected AS bigint[])) "
+            "AS p(key, first_buffer, stop_buffer, expected) "
             "ON t.__dist_key__ = p.key AND t.buffer_id >= p.first_buffer "
             "AND t.buffer_id < p.stop_buffer "
-            "CROSS JOIN generate_series(1, %(epochs)s) AS e(epoch) "
-            "WHERE t.__dist_key__ = ANY(%(group)s::integer[]) "
+            "CROSS JOIN generate_series(1, :epochs) AS e(epoch) "
+            "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) "
             "GROUP BY t.__dist_key__"
         )
         return self._outer(inner, outer)
 
     def evaluation_sql(self, table_sql: str, outer: str | None) -> str:
-        s = self.qschema
+        s, table_sql = text_safe(self.qschema), text_safe(table_sql)
         inner = (
-            f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.x, t.y, t.n, %(model)s, %(options)s, "
-            f"%(weights)s) AS state FROM {table_sql} t "
-            "WHERE t.__dist_key__ = ANY(%(group)s::integer[]) GROUP BY t.__dist_key__"
+            f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.x, t.y, t.n, :model, :options, "
+            f":weights) AS state FROM {table_sql} t "
+            "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) GROUP BY t.__dist_key__"
         )
         return self._outer(inner, outer)
 
     def prediction_sql(self, table_sql: str) -> str:
         return (
-            f"SELECT t.buffer_id, {self.qschema}.predict(t.x, t.n, %(model)s, %(options)s, "
-            f"%(weights)s) FROM {table_sql} t WHERE t.__dist_key__ = ANY(%(group)s::integer[])"
+            f"SELECT t.buffer_id, {text_safe(self.qschema)}.predict(t.x, t.n, :model, :options, "
+            f":weights) FROM {text_safe(table_sql)} t WHERE t.__dist_key__ = ANY(CAST(:group AS integer[]))"
         )
 
     def merge_sql(self) -> str:
-        return f"SELECT {self.qschema}.merge(s) FROM unnest(%(states)s::bytea[]) AS s"
+        s = text_safe(self.qschema)
+        return f"SELECT {s}.merge(s) FROM unnest(CAST(:states AS bytea[])) AS s"
 
     def _outer(self, inner: str, outer: str | None) -> str:
+        s = text_safe(self.qschema)
         if outer == "merge":
-            return f"SELECT {self.qschema}.merge(q.state) FROM ({inner}) q"
+            return f"SELECT {s}.merge(q.state) FROM ({inner}) q"
         if outer == "final":
-            return f"SELECT q.key, {self.qschema}.final_state(q.state) FROM ({inner}) q"
+            return f"SELECT q.key, {s}.final_state(q.state) FROM ({inner}) q"
         return inner
 
     def _per_group(self, sessions: SegmentSessions, sql: str, params: dict, keys) -> list[tuple]:
@@ -165,7 +237,7 @@ class Backend:
                 return self.evaluation_sql(table_sql, outer)
 
         groups = self.session_groups(keys, len(sessions))
-        if len(groups) == 1:  # one statement does it all (Greenplum, or a single segment)
+        if len(groups) == 1:  # one statement does it all ("statement" dispatch, or one segment)
             rows = sessions.one(
                 build("merge" if merged else "final"), {**params, "group": groups[0]}
             )
@@ -175,3 +247,10 @@ class Backend:
             return {k: bytes(v) for k, v in rows}
         states = [state for _, state in self._per_group(sessions, build(None), params, keys)]
         return bytes(sessions.one(self.merge_sql(), {"states": states})[0][0])
+
+    def run_prediction(
+        self, sessions: SegmentSessions, table_sql: str, params: dict, keys
+    ) -> list[tuple[int, bytes]]:
+        """(buffer_id, probabilities) of every buffer, in buffer order."""
+        rows = self._per_group(sessions, self.prediction_sql(table_sql), params, keys)
+        return sorted(((int(b), bytes(p)) for b, p in rows), key=lambda r: r[0])

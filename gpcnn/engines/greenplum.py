@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 
-from .base import Backend
-from .sessions import SegmentSessions
+from .base import Backend, text_safe
 
 
 class GreenplumBackend(Backend):
     kind = "greenplum"
+    native_dispatch = "statement"
+
+    def __init__(self, engine: sa.Engine, schema: str = "gpcnn", dispatch: str | None = None):
+        if dispatch == "sessions":
+            raise ValueError(
+                "dispatch='sessions' is PostgreSQL's: on Greenplum one statement reaches every "
+                "segment (dispatch=None or 'statement')"
+            )
+        super().__init__(engine, schema, dispatch)
 
     def default_segments(self) -> int:
         with self.engine.connect() as conn:
@@ -28,7 +34,7 @@ class GreenplumBackend(Backend):
         with self.engine.connect() as conn:
             rows = conn.execute(
                 sa.text(
-                    f"SELECT gp_segment_id, {self.qschema}.probe(:threads) "
+                    f"SELECT gp_segment_id, {text_safe(self.qschema)}.probe(:threads) "
                     "FROM gp_dist_random('gp_id') ORDER BY 1"
                 ),
                 {"threads": threads},
@@ -71,12 +77,6 @@ class GreenplumBackend(Backend):
 
     # SD/GD (the model cache) live only while the session's segment processes do: keep them.
     session_settings = ("SET gp_vmem_idle_resource_timeout = 0",)
-
-    def open_sessions(self, segments: int, threads: int = 0) -> SegmentSessions:
-        return SegmentSessions(self.engine, 1, self.session_settings, threads)
-
-    def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
-        return [[int(k) for k in keys]]
 
     def default_threads(self, segments: int) -> int:
         """The host's CPUs shared by the segments on it (the busiest host decides)."""

@@ -1,17 +1,15 @@
-"""PostgreSQL: one LIST partition per segment, one persistent session per segment (DESIGN.md)."""
+"""PostgreSQL: one LIST partition per segment, one persistent session per segment (docs/design.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 
-from .base import Backend
-from .sessions import SegmentSessions
+from .base import Backend, text_safe
 
 
 class PostgresBackend(Backend):
     kind = "postgresql"
+    partitioned = True
 
     def server_cpu_count(self) -> int:
         return int(self.probe_segments()[0]["cpu_count"] or 1)
@@ -22,7 +20,8 @@ class PostgresBackend(Backend):
     def probe_segments(self, threads: int | None = None) -> list[dict]:
         with self.engine.connect() as conn:
             rows = conn.execute(
-                sa.text(f"SELECT -1, {self.qschema}.probe(:threads)"), {"threads": threads}
+                sa.text(f"SELECT -1, {text_safe(self.qschema)}.probe(:threads)"),
+                {"threads": threads},
             ).all()
         return self._decode_probes(rows)
 
@@ -50,13 +49,6 @@ class PostgresBackend(Backend):
             f"RENAME TO {self.quote(self.partition(table, k).name)}"
             for k in keys
         ]
-
-    def open_sessions(self, segments: int, threads: int = 0) -> SegmentSessions:
-        return SegmentSessions(self.engine, segments, self.session_settings, threads)
-
-    def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
-        count = min(len(keys), sessions)
-        return [[int(k) for k in keys[i::count]] for i in range(count)]
 
     def default_threads(self, segments: int) -> int:
         return max(1, self.server_cpu_count() // max(1, segments))

@@ -36,12 +36,17 @@ class SessionPool:
                     conns.pop(0).close()
                     extra -= 1
 
-    def clear(self) -> None:
+    def clear(self, engine: sa.Engine | None = None) -> None:
+        """Close the idle sessions (of ``engine``'s server only, if given)."""
+        url = None if engine is None else _url_of(engine)
         with self._lock:
-            for conns in self._idle.values():
-                for conn in conns:
+            for tag in [t for t in self._idle if url is None or t[0] == url]:
+                for conn in self._idle.pop(tag):
                     conn.close()
-            self._idle.clear()
+
+
+def _url_of(engine: sa.Engine) -> str:
+    return engine.url.render_as_string(hide_password=False)
 
 
 def _alive(conn) -> bool:
@@ -63,14 +68,23 @@ atexit.register(POOL.clear)
 class SegmentSessions:
     """``count`` DBAPI connections of their own (not SQLAlchemy's pool: a pooled backend may have
     imported TensorFlow with other thread settings), kept open across iterations so each
-    backend's model cache survives. psycopg2 releases the GIL while a query runs. ``release``
-    hands them to ``POOL`` for the next user; ``close`` closes them."""
+    backend's model cache survives; they serve a fit of ``segments`` keys (one session for all
+    of them on Greenplum). psycopg2 releases the GIL while a query runs. Statements are written
+    with ``:name`` parameters and compiled for the driver. ``release`` hands the connections to
+    ``POOL`` for the next user; ``close`` closes them."""
 
     def __init__(
-        self, engine: sa.Engine, count: int, settings: Sequence[str] = (), threads: int = 0
+        self,
+        engine: sa.Engine,
+        count: int,
+        settings: Sequence[str] = (),
+        threads: int = 0,
+        segments: int | None = None,
     ) -> None:
         self.threads = threads
-        self._tag = (engine.url.render_as_string(hide_password=False), tuple(settings), threads)
+        self.segments = count if segments is None else segments
+        self._dialect = engine.dialect
+        self._tag = (_url_of(engine), tuple(settings), threads)
         self._connections = POOL.take(self._tag, count)
         cargs, cparams = engine.dialect.create_connect_args(engine.url)
         try:
@@ -98,10 +112,18 @@ class SegmentSessions:
     def __len__(self) -> int:
         return len(self._connections)
 
+    def serves(self, segments: int, threads: int) -> bool:
+        """Whether these sessions are the ones a fit of ``segments`` keys with ``threads`` TF
+        threads would open (their number is the engine's business, not K)."""
+        return bool(self._connections) and (self.segments, self.threads) == (segments, threads)
+
     def _run(self, index: int, sql: str, params: dict) -> list[tuple]:
         with self._connections[index].cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall()
+
+    def _compiled(self, statement: str) -> str:
+        return sa.text(statement).compile(dialect=self._dialect).string
 
     def one(self, sql: str, params: dict) -> list[tuple]:
         """Run on the first session."""
@@ -112,6 +134,7 @@ class SegmentSessions:
         Ctrl-C every running statement is cancelled before the exception propagates."""
         if len(params) > len(self._connections):
             raise ValueError(f"{len(params)} statements for {len(self._connections)} sessions")
+        sql = self._compiled(sql)
         futures = [self._pool.submit(self._run, i, sql, p) for i, p in enumerate(params)]
         try:
             wait(futures, return_when="FIRST_EXCEPTION")

@@ -1,0 +1,158 @@
+"""The connection handle: one per (server, schema, dispatch), cached, picklable, closed once.
+
+Everything in gpcnn takes a ``Database`` — never a SQLAlchemy engine, a backend and a schema side by
+side. The engine kind is detected once, on first use. Pickling keeps the URL without its password;
+an unpickled handle takes the password again from ``$GPCNN_DATABASE_URL``,
+``$GPCNN_TEST_DATABASE_URL`` or the embedded cluster when they name the same server and user, else
+libpq finds it (``$PGPASSWORD``, ``~/.pgpass``).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from functools import cached_property
+
+import sqlalchemy as sa
+
+from .base import DISPATCHES, Backend
+from .greenplum import GreenplumBackend
+from .postgres import PostgresBackend
+from .sessions import POOL
+
+DEFAULT_SCHEMA = "gpcnn"
+
+_open: dict[tuple[str, str, str | None], Database] = {}
+_open_lock = threading.Lock()
+
+
+def _driver_url(url: str | sa.URL) -> sa.URL:
+    parsed = sa.make_url(url)
+    if parsed.drivername in ("postgresql", "postgres", "greenplum"):
+        parsed = parsed.set(drivername="postgresql+psycopg2")
+    return parsed
+
+
+def _same_login(a: sa.URL, b: sa.URL) -> bool:
+    def login(u: sa.URL) -> tuple:
+        return (u.host or "", u.port or 5432, u.username, u.database)
+
+    return login(a) == login(b)
+
+
+def _known_password(url: sa.URL) -> str | None:
+    """The password of a URL pickled without it, from where gpcnn found it the first time."""
+    from .. import embedded
+
+    candidates = [os.environ.get("GPCNN_DATABASE_URL"), os.environ.get("GPCNN_TEST_DATABASE_URL")]
+    candidates.append(embedded.configured_url())
+    for candidate in candidates:
+        if candidate and _same_login(sa.make_url(candidate), url):
+            return sa.make_url(candidate).password
+    return None
+
+
+class Database:
+    """A database gpcnn runs on: its URL, gpcnn's schema there, the engine kind and how iterations
+    are dispatched (``dispatch``: None for the engine's own way; ``"statement"`` runs PostgreSQL
+    iterations exactly as Greenplum does, one statement for all segments in one session)."""
+
+    def __init__(
+        self, url: str | sa.URL, schema: str = DEFAULT_SCHEMA, dispatch: str | None = None
+    ) -> None:
+        if dispatch not in DISPATCHES:
+            raise ValueError(f"dispatch={dispatch!r}: choose one of {DISPATCHES}")
+        if not isinstance(schema, str) or not schema:
+            raise ValueError(f"schema must be a non-empty name, got {schema!r}")
+        self.url = _driver_url(url)
+        self.schema = schema
+        self.dispatch = dispatch
+        self.closed = False
+
+    @cached_property
+    def engine(self) -> sa.Engine:
+        if self.closed:
+            raise RuntimeError(f"{self!r} is closed: gpcnn.connect() opens it again")
+        return sa.create_engine(self.url, pool_pre_ping=True)
+
+    @cached_property
+    def backend(self) -> Backend:
+        """The engine kind, asked of the server once."""
+        with self.engine.connect() as conn:
+            role = conn.execute(sa.text("SELECT current_setting('gp_role', true)")).scalar()
+        cls = GreenplumBackend if role else PostgresBackend
+        return cls(self.engine, self.schema, self.dispatch)
+
+    @property
+    def kind(self) -> str:
+        return self.backend.kind
+
+    def connect(self) -> sa.Connection:
+        return self.engine.connect()
+
+    def begin(self):
+        return self.engine.begin()
+
+    def close(self) -> None:
+        """Dispose the connection pool and the idle segment sessions of this server; the handle
+        is dropped from ``connect``'s cache, so the next ``connect`` opens a new one."""
+        with _open_lock:
+            for key, db in list(_open.items()):
+                if db is self:
+                    del _open[key]
+        if "engine" in self.__dict__:
+            POOL.clear(self.engine)
+            self.engine.dispose()
+            del self.__dict__["engine"]
+        self.__dict__.pop("backend", None)
+        self.closed = True
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        return {
+            "url": self.url.set(password=None).render_as_string(hide_password=False),
+            "schema": self.schema,
+            "dispatch": self.dispatch,
+        }
+
+    def __setstate__(self, state: dict) -> None:
+        url = _driver_url(state["url"])
+        password = _known_password(url)
+        if password is not None:
+            url = url.set(password=password)
+        self.__init__(url, state["schema"], state["dispatch"])
+
+    def __repr__(self) -> str:
+        shown = self.url.render_as_string(hide_password=True)
+        extra = f", dispatch={self.dispatch!r}" if self.dispatch else ""
+        return f"Database({shown!r}, schema={self.schema!r}{extra})"
+
+
+def connect(
+    url: str | sa.URL | Database | None = None,
+    *,
+    schema: str = DEFAULT_SCHEMA,
+    dispatch: str | None = None,
+) -> Database:
+    """The handle for ``url``, else ``$GPCNN_DATABASE_URL``, else the embedded cluster (started if
+    needed); the same handle again for the same arguments until it is closed."""
+    if isinstance(url, Database):
+        return url
+    if url is None:
+        url = os.environ.get("GPCNN_DATABASE_URL")
+    if url is None:
+        from .. import embedded
+
+        url = embedded.url()
+    parsed = _driver_url(url)
+    key = (parsed.render_as_string(hide_password=False), schema, dispatch)
+    with _open_lock:
+        db = _open.get(key)
+        if db is None:
+            db = _open[key] = Database(parsed, schema, dispatch)
+    return db

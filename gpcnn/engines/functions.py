@@ -1,0 +1,164 @@
+"""The DDL of gpcnn's plpython3u functions and aggregates, and the statements that manage them.
+
+The bodies come from ``gpcnn.install`` (the in-database sources and their loader); this module says
+what the functions are called, what they take and return, and how the aggregates are built on them.
+DDL runs through the driver as text without parameters, so the ``%`` of Python bodies is left alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+
+from .base import Backend
+
+DOLLAR_TAG = "$gpcnn$"
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    args: tuple[tuple[str, str], ...]
+    returns: str
+    call: str  # the Python expression the body returns
+    strict: bool = False
+
+    def ddl(self, qschema: str, body_prefix: str) -> str:
+        signature = ", ".join(f"{arg} {sql_type}" for arg, sql_type in self.args)
+        strict = " STRICT" if self.strict else ""
+        body = body_prefix + f"return {self.call}\n"
+        if DOLLAR_TAG in body:
+            raise ValueError(f"the in-database sources contain the dollar-quote tag {DOLLAR_TAG}")
+        return (
+            f"CREATE FUNCTION {qschema}.{self.name}({signature}) RETURNS {self.returns} AS "
+            f"{DOLLAR_TAG}{body}{DOLLAR_TAG} LANGUAGE plpython3u{strict}"
+        )
+
+
+_EVAL_ARGS = (
+    ("x", "bytea"),
+    ("y", "bytea"),
+    ("n", "integer"),
+    ("model_json", "text"),
+    ("options_json", "text"),
+    ("weights", "bytea"),
+)
+_TRAIN_ARGS = (("key", "integer"), *_EVAL_ARGS, ("optimizer", "bytea"), ("expected", "bigint"))
+
+FUNCTIONS = (
+    Function("probe", (("threads", "integer"),), "text", "segment.probe(threads)"),
+    Function(
+        "train_transition",
+        (("state", "bytea"), *_TRAIN_ARGS),
+        "bytea",
+        "segment.train_transition(state, key, x, y, n, model_json, options_json, weights, optimizer, "
+        "expected)",
+    ),
+    Function(
+        "evaluate_transition",
+        (("state", "bytea"), *_EVAL_ARGS),
+        "bytea",
+        "segment.evaluate_transition(state, x, y, n, model_json, options_json, weights)",
+    ),
+    Function("merge_states", (("a", "bytea"), ("b", "bytea")), "bytea", "segment.merge(a, b)"),
+    Function("final_state", (("state", "bytea"),), "bytea", "segment.final(state)"),
+    Function(
+        "predict",
+        (
+            ("x", "bytea"),
+            ("n", "integer"),
+            ("model_json", "text"),
+            ("options_json", "text"),
+            ("weights", "bytea"),
+        ),
+        "bytea",
+        "segment.predict(x, n, model_json, options_json, weights)",
+        strict=True,
+    ),
+)
+
+
+def aggregates_ddl(qschema: str) -> list[str]:
+    """``train`` and ``evaluate`` return the raw state (per segment, or combined on a Greenplum
+    coordinator through COMBINEFUNC); ``merge`` adds states and applies ``final_state``."""
+
+    def aggregate(name: str, args: tuple[tuple[str, str], ...], sfunc: str, final: str) -> str:
+        types = ", ".join(sql_type for _, sql_type in args)
+        return (
+            f"CREATE AGGREGATE {qschema}.{name}({types}) (SFUNC = {qschema}.{sfunc}, "
+            f"STYPE = bytea, COMBINEFUNC = {qschema}.merge_states{final})"
+        )
+
+    return [
+        aggregate("train", _TRAIN_ARGS, "train_transition", ""),
+        aggregate("evaluate", _EVAL_ARGS, "evaluate_transition", ""),
+        aggregate(
+            "merge", (("state", "bytea"),), "merge_states", f", FINALFUNC = {qschema}.final_state"
+        ),
+    ]
+
+
+def install_ddl(qschema: str, body_prefix: str, version: str) -> list[str]:
+    """Every function and aggregate, then ``version()``, into a schema that has none of them."""
+    ddl = [f.ddl(qschema, body_prefix) for f in FUNCTIONS]
+    ddl += aggregates_ddl(qschema)
+    literal = version.replace("'", "''")
+    ddl.append(
+        f"CREATE FUNCTION {qschema}.version() RETURNS text AS $$ SELECT '{literal}'::text $$ "
+        "LANGUAGE sql IMMUTABLE"
+    )
+    return ddl
+
+
+def run_ddl(conn: sa.Connection, statement: str) -> None:
+    """Run DDL text as is: no parameters, so psycopg2 leaves the ``%`` of Python bodies alone."""
+    with conn.connection.driver_connection.cursor() as cursor:
+        cursor.execute(statement)
+
+
+def existing(conn: sa.Connection, schema: str) -> list[tuple[str, str]]:
+    """(signature, 'a' for aggregates / 'f') of every function in the schema, aggregates first."""
+    return [
+        (signature, kind)
+        for signature, kind in conn.execute(
+            sa.text(
+                "SELECT p.oid::regprocedure::text, p.prokind FROM pg_proc p "
+                "JOIN pg_namespace s ON s.oid = p.pronamespace WHERE s.nspname = :schema "
+                "ORDER BY p.prokind = 'a' DESC"
+            ),
+            {"schema": schema},
+        )
+    ]
+
+
+def drop_existing(conn: sa.Connection, schema: str) -> None:
+    """Drop every function and aggregate of the schema, so an upgrade may change signatures."""
+    for signature, kind in existing(conn, schema):
+        run_ddl(conn, f"DROP {'AGGREGATE' if kind == 'a' else 'FUNCTION'} {signature}")
+
+
+def installed_version(backend: Backend) -> str | None:
+    with backend.engine.connect() as conn:
+        found = conn.execute(
+            sa.text(
+                "SELECT 1 FROM pg_proc p JOIN pg_namespace s ON s.oid = p.pronamespace "
+                "WHERE s.nspname = :schema AND p.proname = 'version'"
+            ),
+            {"schema": backend.schema},
+        ).scalar()
+        if not found:
+            return None
+        return conn.execute(sa.text(f"SELECT {backend.qschema}.version()")).scalar()
+
+
+def create_plpython(conn: sa.Connection) -> None:
+    """CREATE EXTENSION plpython3u in a savepoint (it may fail for want of privilege)."""
+    with conn.begin_nested():
+        conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS plpython3u"))
+
+
+def has_plpython(conn: sa.Connection) -> bool:
+    return bool(
+        conn.execute(sa.text("SELECT 1 FROM pg_language WHERE lanname = 'plpython3u'")).scalar()
+    )
