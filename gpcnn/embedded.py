@@ -332,10 +332,12 @@ def start(c: Cluster | None = None, timeout: int = 60) -> Cluster:
 def _ensure_plpython(c: Cluster) -> None:
     import sqlalchemy as sa
 
+    from .engines.functions import create_plpython
+
     engine = sa.create_engine(c.url(), poolclass=sa.pool.NullPool)
     try:
         with engine.begin() as conn:
-            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS plpython3u"))
+            create_plpython(conn)
     except sa.exc.DBAPIError as e:
         raise EmbeddedError(
             f"CREATE EXTENSION plpython3u failed: {e.orig}. Install postgresql-plpython3-{PG_MAJOR} "
@@ -349,6 +351,8 @@ def _ensure_database(c: Cluster) -> None:
     """initdb makes only ``postgres``; gpcnn's database is created on first start."""
     import sqlalchemy as sa
 
+    from .engines.postgres import ensure_database
+
     cfg = c.config()
     admin = sa.create_engine(
         f"postgresql+psycopg2://{SUPERUSER}:{cfg['password']}@127.0.0.1:{cfg['port']}/postgres",
@@ -357,11 +361,7 @@ def _ensure_database(c: Cluster) -> None:
     )
     try:
         with admin.connect() as conn:
-            exists = conn.execute(
-                sa.text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": DATABASE}
-            ).scalar()
-            if not exists:
-                conn.execute(sa.text(f'CREATE DATABASE "{DATABASE}"'))
+            ensure_database(conn, DATABASE)
     finally:
         admin.dispose()
 

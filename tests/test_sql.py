@@ -102,3 +102,21 @@ def test_training_aggregate_declares_a_combine_function_so_shape_a_works_too():
     assert "COMBINEFUNC = gpcnn.merge_states" in train
     merge = next(s for s in ddl if s.startswith("CREATE AGGREGATE") and ".merge(" in s)
     assert "FINALFUNC = gpcnn.final_state" in merge
+
+
+def test_greenplum_distributes_gpcnns_tables_like_the_rows_they_meet():
+    from gpcnn.engines import catalog
+
+    ddl = {
+        text.split("(")[0].split(".")[-1].strip(): text
+        for text in catalog.create_ddl(GreenplumBackend(OFFLINE, "gpcnn"))
+    }
+    assert ddl["schema_version"].endswith("DISTRIBUTED REPLICATED")
+    assert ddl["image_tables"].endswith("DISTRIBUTED BY (table_schema, table_name)")
+    assert ddl["runs"].endswith("DISTRIBUTED BY (run_id)")
+    assert ddl["run_iterations"].endswith("DISTRIBUTED BY (run_id)")
+    assert ddl["segment_models"].endswith("DISTRIBUTED BY (__dist_key__)")  # joined by key
+    assert "run_id BIGSERIAL NOT NULL" in ddl["runs"]
+    assert all(
+        "DISTRIBUTED" not in t for t in catalog.create_ddl(PostgresBackend(OFFLINE, "gpcnn"))
+    )

@@ -224,6 +224,22 @@ def test_resumed_fit_equals_uninterrupted(engine, schema, tables):
     )
 
 
+def test_validation_between_iterations_keeps_the_training_sessions(engine, schema, tables):
+    """Greenplum's dispatch holds one session whatever K is; evaluating the validation table
+    between iterations once released the sessions training still held, and iteration 2 failed
+    with "1 statements for 0 sessions" (every Greenplum fit with a validation table)."""
+    with estimator(
+        engine, schema, tiny_cnn(), iterations=2, validation_table=tables["test"]
+    ) as est:
+        est.fit(tables[2])
+        held = est._sessions
+        assert len(held) == (2 if engine.backend.per_segment_sessions else 1)
+        assert [r["iteration"] for r in est.history_] == [1, 2]
+        est.evaluate(tables["test"])
+        assert est._sessions is held
+    assert est._sessions is None
+
+
 def test_fit_never_changes_the_given_model(engine, schema, tables):
     model = tiny_cnn()
     before = wire.flatten(model.get_weights()).copy()

@@ -115,7 +115,7 @@ class Database:
 
     def __getstate__(self) -> dict:
         return {
-            "url": self.url.set(password=None).render_as_string(hide_password=False),
+            "url": self.url._replace(password=None).render_as_string(hide_password=False),
             "schema": self.schema,
             "dispatch": self.dispatch,
         }

@@ -42,6 +42,9 @@ class GreenplumBackend(Backend):
         return self._decode_probes(rows)
 
     def distribution(self, *columns: str) -> str:
+        """By the given columns; a table without any (small, read everywhere) on every segment."""
+        if not columns:
+            return " DISTRIBUTED REPLICATED"
         return f" DISTRIBUTED BY ({', '.join(columns)})"
 
     KEY_CANDIDATES_PER_SEGMENT = 64

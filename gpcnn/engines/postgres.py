@@ -52,3 +52,13 @@ class PostgresBackend(Backend):
 
     def default_threads(self, segments: int) -> int:
         return max(1, self.server_cpu_count() // max(1, segments))
+
+
+def ensure_database(conn: sa.Connection, name: str) -> None:
+    """CREATE DATABASE unless it exists (an autocommit connection: it cannot run in a
+    transaction)."""
+    found = conn.execute(
+        sa.text("SELECT 1 FROM pg_database WHERE datname = :d"), {"d": name}
+    ).scalar()
+    if not found:
+        conn.exec_driver_sql(f"CREATE DATABASE {conn.dialect.identifier_preparer.quote(name)}")

@@ -1,0 +1,275 @@
+"""The engine layer against the real server: the handle, versioned shapes, run status and resume
+matching, and the lifecycle of runs, image tables and the installation."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+import gpcnn
+from gpcnn import cli, runs, segment
+from gpcnn.engines import catalog
+from gpcnn.estimator import GreenplumCNN
+from gpcnn.install import InstallError, ensure_installed, install, installed_version, uninstall
+from gpcnn.tables import TableError, describe, list_tables, load_images
+
+keras = segment.keras_module()
+DATA = "gpcnn_engine_layer_test"
+
+
+def tiny_model():
+    keras.utils.set_random_seed(3)
+    return keras.Sequential(
+        [
+            keras.Input((6, 6, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(2, activation="softmax"),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def table(engine):
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 255, (40, 6, 6), dtype=np.uint8)
+    y = rng.integers(0, 2, 40)
+    return load_images(engine, f"{DATA}.train", x, y, segments=2, replace=True, progress=False)
+
+
+def fitted(engine, table, **params) -> GreenplumCNN:
+    params = {"iterations": 1, "seed": 1, "progress": False, "threads_per_segment": 1, **params}
+    with GreenplumCNN(tiny_model(), database=engine, **params) as est:
+        est.fit(str(table.table))
+    return est
+
+
+# -- the handle ---------------------------------------------------------------------------------
+
+
+def test_connect_gives_one_handle_per_server_schema_and_dispatch_until_closed(engine):
+    again = gpcnn.connect(engine.url, schema=engine.schema)
+    assert again is engine
+    other = gpcnn.connect(engine.url, schema="gpcnn_other_schema")
+    statement = gpcnn.connect(engine.url, schema=engine.schema, dispatch="statement")
+    assert len({id(engine), id(other), id(statement)}) == 3
+    other.close()
+    assert other.closed and gpcnn.connect(engine.url, schema="gpcnn_other_schema") is not other
+    gpcnn.connect(engine.url, schema="gpcnn_other_schema").close()
+    with pytest.raises(ValueError, match="dispatch="):
+        gpcnn.connect(engine.url, dispatch="everywhere")
+
+
+def test_handle_pickles_without_its_password_and_finds_it_again(engine):
+    data = pickle.dumps(engine)
+    if engine.url.password:
+        assert engine.url.password.encode() not in data
+    copy = pickle.loads(data)
+    assert (copy.url.host, copy.url.port, copy.schema) == (
+        engine.url.host,
+        engine.url.port,
+        engine.schema,
+    )
+    with copy.connect() as conn:
+        assert conn.execute(sa.text("SELECT 1")).scalar() == 1
+    assert copy.kind == engine.kind
+    copy.close()
+
+
+def test_an_estimator_with_a_handle_pickles(engine, table):
+    est = fitted(engine, table)
+    clone = pickle.loads(pickle.dumps(est))
+    assert clone.database.schema == engine.schema and clone.history_ == est.history_
+    assert clone.score(str(table.table)) == est.score(str(table.table))
+
+
+# -- shapes ---------------------------------------------------------------------------------------
+
+# gpcnn 0.1's tables, as it created them (no schema_version table, runs without status).
+SHAPE_1 = [
+    "CREATE TABLE {s}.runs (run_id bigserial PRIMARY KEY, table_name text NOT NULL, "
+    "params text NOT NULL, model_json text NOT NULL, gpcnn_version text NOT NULL, "
+    "created_at timestamptz NOT NULL DEFAULT now())",
+    "CREATE TABLE {s}.run_iterations (run_id bigint NOT NULL, iteration integer NOT NULL, "
+    "metrics text NOT NULL, weights bytea NOT NULL, rule_state bytea, optimizer bytea, "
+    "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (run_id, iteration))",
+]
+
+
+@pytest.fixture
+def old_schema(engine):
+    name = "gpcnn_shape_test"
+    db = gpcnn.connect(engine.url, schema=name)
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+    yield db
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+    db.close()
+
+
+def test_install_migrates_shape_1_in_place(old_schema):
+    db = old_schema
+    with db.begin() as conn:
+        for statement in SHAPE_1:
+            conn.exec_driver_sql(statement.format(s=db.schema))
+        for run_id, iterations, stored in ((1, 3, 1), (2, 2, 2)):
+            params = {"merge": "average", "iterations": iterations, "progress": True}
+            conn.execute(
+                sa.text(
+                    f"INSERT INTO {db.schema}.runs (run_id, table_name, params, model_json, "
+                    "gpcnn_version) VALUES (:r, 'x.t', :p, '{}', '0.1.0')"
+                ),
+                {"r": run_id, "p": json.dumps(params)},
+            )
+            for i in range(1, stored + 1):
+                conn.execute(
+                    sa.text(
+                        f"INSERT INTO {db.schema}.run_iterations (run_id, iteration, metrics, "
+                        "weights) VALUES (:r, :i, '{}', '')"
+                    ),
+                    {"r": run_id, "i": i},
+                )
+    with db.connect() as conn:
+        assert catalog.found_version(conn, db.backend) == 1
+    install(db)
+    with db.connect() as conn:
+        assert catalog.found_version(conn, db.backend) == catalog.SHAPE_VERSION
+        rows = conn.execute(
+            sa.text(f"SELECT run_id, status, result_key FROM {db.schema}.runs ORDER BY 1")
+        ).all()
+    assert [(r.run_id, r.status) for r in rows] == [(1, "running"), (2, "finished")]
+    assert rows[0].result_key == runs.result_key({"merge": "average", "iterations": 9})
+    assert ensure_installed(db)
+    assert [r["run_id"] for r in gpcnn.list_runs(db)] == [1, 2]
+
+
+def test_a_newer_shape_is_refused_with_what_to_do(old_schema):
+    db = old_schema
+    install(db)
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE {db.schema}.schema_version SET version = 99")
+    with pytest.raises(catalog.ShapeError, match="shape 99, newer than this client"):
+        install(db)
+    with pytest.raises(InstallError, match="shape 99"):
+        ensure_installed(db)
+
+
+# -- run status and resume --------------------------------------------------------------------------
+
+
+def test_run_status_follows_the_fit(engine, table):
+    est = fitted(engine, table, iterations=2)
+    assert runs.load_run(engine, est.run_id_).status == "finished"
+    diverged = GreenplumCNN(
+        tiny_model(), database=engine, iterations=3, learning_rate=1e38, progress=False
+    )
+    with pytest.raises(gpcnn.TrainingError, match="diverged"), diverged:
+        diverged.fit(str(table.table))
+    (row,) = gpcnn.list_runs(engine, [diverged.run_id_])
+    assert row["status"] == "failed" and "diverged" in row["error"]
+
+
+def test_resume_matches_result_parameters_and_never_a_run_stopped_on_purpose(engine, table):
+    est = fitted(engine, table, iterations=1, merge="bmuf")
+    name = str(table.table)
+    wanted = {**est.stored_params(), "iterations": 3}
+    assert runs.find_unfinished(engine, name, wanted) is None  # finished: nothing to continue
+    for status, expected in (
+        ("running", est.run_id_),
+        ("failed", est.run_id_),
+        ("stopped_early", None),
+    ):
+        runs.set_status(engine, est.run_id_, status)
+        # progress, database and iterations do not change the result: still the same run
+        again = {**wanted, "progress": True, "database": "elsewhere"}
+        assert runs.find_unfinished(engine, name, again) == expected
+    assert runs.find_unfinished(engine, name, {**wanted, "learning_rate": 0.5}) is None
+
+
+# -- lifecycle --------------------------------------------------------------------------------------
+
+
+def test_runs_list_show_delete(engine, table, capsys):
+    est = fitted(engine, table, iterations=2)
+    (row,) = gpcnn.list_runs(engine, [est.run_id_])
+    assert (row["iterations"], row["status"], row["table"]) == (2, "finished", str(table.table))
+    assert row["stored_bytes"] >= 2 * 4 * (36 * 2 + 2)  # two float32 models of 74 weights
+    shown = gpcnn.show_run(engine, est.run_id_)
+    assert [h["iteration"] for h in shown["history"]] == [1, 2]
+    assert shown["params"]["iterations"] == 2
+    url = engine.url.render_as_string(hide_password=False)
+    base = ["--database", url, "--schema", engine.schema]
+    assert cli.main(["runs", "list", *base]) == 0
+    assert f"{est.run_id_:>5}  finished" in capsys.readouterr().out
+    assert cli.main(["runs", "delete", str(est.run_id_), *base]) == 0
+    assert "deleted 1 run(s)" in capsys.readouterr().out
+    assert gpcnn.list_runs(engine, [est.run_id_]) == []
+    with engine.connect() as conn:
+        left = conn.execute(
+            sa.text(f"SELECT count(*) FROM {engine.schema}.run_iterations WHERE run_id = :r"),
+            {"r": est.run_id_},
+        ).scalar()
+    assert left == 0
+    with pytest.raises(ValueError, match="no run"):
+        gpcnn.show_run(engine, est.run_id_)
+
+
+def test_tables_drop_and_the_catalog_repaired_after_a_drop_by_hand(engine):
+    x = np.zeros((8, 6, 6), np.uint8)
+    y = np.arange(8) % 2
+    kept = load_images(engine, f"{DATA}.kept", x, y, segments=2, replace=True, progress=False)
+    by_hand = load_images(engine, f"{DATA}.by_hand", x, y, segments=2, replace=True, progress=False)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {DATA}.by_hand")
+    with pytest.raises(TableError, match="dropped by hand"):
+        describe(engine, str(by_hand.table))
+    names = {str(t.table) for t in list_tables(engine)}
+    assert str(kept.table) in names and str(by_hand.table) not in names
+    with engine.connect() as conn:  # the stale entry is gone from the catalog
+        assert catalog.catalog_row(conn, engine.backend, DATA, "by_hand") is None
+    assert gpcnn.drop_table(engine, str(kept.table))
+    with engine.connect() as conn:
+        assert not catalog.relation_exists(conn, f"{DATA}.kept")
+        if engine.backend.partitioned:
+            assert not catalog.relation_exists(conn, f"{DATA}.kept__seg0")
+    assert gpcnn.drop_table(engine, str(kept.table), missing_ok=True) is False
+    with pytest.raises(TableError, match="no image table"):
+        gpcnn.drop_table(engine, str(kept.table))
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE TABLE {DATA}.foreign_table (a int)")
+    with pytest.raises(TableError, match="not a gpcnn image table"):
+        gpcnn.drop_table(engine, f"{DATA}.foreign_table")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {DATA}.foreign_table")
+
+
+def test_uninstall_removes_functions_and_tables_but_not_image_tables(engine):
+    db = gpcnn.connect(engine.url, schema="gpcnn_uninstall_test")
+    install(db)
+    info = load_images(
+        db,
+        f"{DATA}.uninstall",
+        np.zeros((4, 6, 6), np.uint8),
+        [0, 1, 0, 1],
+        segments=2,
+        replace=True,
+        progress=False,
+    )
+    uninstall(db, keep_data=True)
+    assert installed_version(db) is None
+    assert describe(db, str(info.table)).images == 4  # the catalog survived
+    uninstall(db)
+    with db.connect() as conn:
+        assert (
+            conn.execute(
+                sa.text("SELECT count(*) FROM pg_namespace WHERE nspname = 'gpcnn_uninstall_test'")
+            ).scalar()
+            == 0
+        )
+        assert catalog.relation_exists(conn, f"{DATA}.uninstall")  # the user's data stays
+    db.close()
