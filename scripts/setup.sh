@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Idempotent setup: Debian packages, then a Python environment built with the interpreter that the
 # server's plpython3u embeds, placed where the server's OS user can read it, linked as .venv.
+# GPCNN_CLIENT_ONLY=1 (a client of a Greenplum or other remote server): no PostgreSQL packages, and
+# the environment is built with $GPCNN_PYTHON (default: python3 on PATH), which must match the
+# Python that the server's plpython3u embeds on every segment host.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
 PG_MAJOR=${GPCNN_PG_MAJOR:-15}
-packages=(postgresql-$PG_MAJOR postgresql-plpython3-$PG_MAJOR python3-venv dataset-fashion-mnist)
+client_only=${GPCNN_CLIENT_ONLY:-0}
+packages=(python3-venv dataset-fashion-mnist)
+if [ "$client_only" != 1 ]; then
+  packages+=(postgresql-$PG_MAJOR postgresql-plpython3-$PG_MAJOR)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -23,14 +30,19 @@ if ((${#missing[@]})); then
   apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The interpreter plpython3u embeds: the libpython it links against names it.
-plpython=/usr/lib/postgresql/$PG_MAJOR/lib/plpython3.so
-pyver=$(ldd "$plpython" | sed -n 's/.*libpython\(3\.[0-9]*\)\.so.*/\1/p' | head -n1)
-if [ -z "$pyver" ] || [ ! -x "/usr/bin/python$pyver" ]; then
-  echo "gpcnn setup: cannot find the Python that $plpython embeds (ldd shows: $pyver)" >&2
-  exit 1
+if [ "$client_only" = 1 ]; then
+  server_python=$(command -v "${GPCNN_PYTHON:-python3}")
+  pyver=$("$server_python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+else
+  # The interpreter plpython3u embeds: the libpython it links against names it.
+  plpython=/usr/lib/postgresql/$PG_MAJOR/lib/plpython3.so
+  pyver=$(ldd "$plpython" | sed -n 's/.*libpython\(3\.[0-9]*\)\.so.*/\1/p' | head -n1)
+  if [ -z "$pyver" ] || [ ! -x "/usr/bin/python$pyver" ]; then
+    echo "gpcnn setup: cannot find the Python that $plpython embeds (ldd shows: $pyver)" >&2
+    exit 1
+  fi
+  server_python=/usr/bin/python$pyver
 fi
-server_python=/usr/bin/python$pyver
 
 # Where the server's OS user can read it: as root the server runs as the 'gpcnn' user, and a checkout
 # under a 0700 home (root's) is unreadable to it, so the environment lives under /opt.

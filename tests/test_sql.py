@@ -120,3 +120,15 @@ def test_greenplum_distributes_gpcnns_tables_like_the_rows_they_meet():
     assert all(
         "DISTRIBUTED" not in t for t in catalog.create_ddl(PostgresBackend(OFFLINE, "gpcnn"))
     )
+
+
+def test_greenplum_catalog_queries():
+    """What only Greenplum runs (no Greenplum here): its catalog and the per-segment probe."""
+    gp = GreenplumBackend(OFFLINE, "gpcnn")
+    assert gp.PRIMARIES_SQL == (
+        "SELECT count(*) FROM gp_segment_configuration WHERE role = 'p' AND content >= 0"
+    )
+    assert "GROUP BY hostname" in gp.BUSIEST_HOST_SQL and "role = 'p'" in gp.BUSIEST_HOST_SQL
+    assert gp.probe_sql() == (
+        "SELECT gp_segment_id, gpcnn.probe(:threads) FROM gp_dist_random('gp_id') ORDER BY 1"
+    )

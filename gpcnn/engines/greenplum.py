@@ -19,26 +19,29 @@ class GreenplumBackend(Backend):
             )
         super().__init__(engine, schema, dispatch)
 
+    # Greenplum's catalog: the primaries (content -1 is the coordinator), and the most per host.
+    PRIMARIES_SQL = (
+        "SELECT count(*) FROM gp_segment_configuration WHERE role = 'p' AND content >= 0"
+    )
+    BUSIEST_HOST_SQL = (
+        "SELECT max(c) FROM (SELECT count(*) AS c FROM gp_segment_configuration "
+        "WHERE role = 'p' AND content >= 0 GROUP BY hostname) h"
+    )
+
+    def probe_sql(self) -> str:
+        """The probe once on every primary: gp_dist_random reads gp_id's copy on each segment."""
+        return (
+            f"SELECT gp_segment_id, {text_safe(self.qschema)}.probe(:threads) "
+            "FROM gp_dist_random('gp_id') ORDER BY 1"
+        )
+
     def default_segments(self) -> int:
         with self.engine.connect() as conn:
-            return int(
-                conn.execute(
-                    sa.text(
-                        "SELECT count(*) FROM gp_segment_configuration "
-                        "WHERE role = 'p' AND content >= 0"
-                    )
-                ).scalar()
-            )
+            return int(conn.execute(sa.text(self.PRIMARIES_SQL)).scalar())
 
     def probe_segments(self, threads: int | None = None) -> list[dict]:
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(
-                    f"SELECT gp_segment_id, {text_safe(self.qschema)}.probe(:threads) "
-                    "FROM gp_dist_random('gp_id') ORDER BY 1"
-                ),
-                {"threads": threads},
-            ).all()
+            rows = conn.execute(sa.text(self.probe_sql()), {"threads": threads}).all()
         return self._decode_probes(rows)
 
     def distribution(self, *columns: str) -> str:
@@ -84,12 +87,7 @@ class GreenplumBackend(Backend):
     def default_threads(self, segments: int) -> int:
         """The host's CPUs shared by the segments on it (the busiest host decides)."""
         with self.engine.connect() as conn:
-            per_host = conn.execute(
-                sa.text(
-                    "SELECT max(c) FROM (SELECT count(*) AS c FROM gp_segment_configuration "
-                    "WHERE role = 'p' AND content >= 0 GROUP BY hostname) h"
-                )
-            ).scalar()
+            per_host = conn.execute(sa.text(self.BUSIEST_HOST_SQL)).scalar()
         keys_per_host = max(1, round(segments * int(per_host) / self.default_segments()))
         cpus = int(self.probe_segments()[0]["cpu_count"] or 1)
         return max(1, cpus // keys_per_host)
