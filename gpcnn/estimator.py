@@ -21,6 +21,7 @@ from . import weights as wire
 from .engines import Database, connect
 from .engines.sessions import SegmentSessions
 from .install import ensure_installed
+from .predictions import write_predictions
 from .tables import ImageTable, TableName, describe
 from .training import Training, TrainingError, evaluate_table, plan_slices
 
@@ -323,22 +324,58 @@ class GreenplumCNN(BaseEstimator):
             return np.asarray(self.model_.predict(_model_input(x), batch_size=1000, verbose=0))
         info = self._table_info(x)
         backend = self._db().backend
-        params = {
-            "model": self._model_json,
-            "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
-            "weights": wire.model_to_bytes(self.model_),
-        }
         ordered = backend.run_prediction(
-            self._ensure_sessions(), info.table.sql(backend), params, info.keys
+            self._ensure_sessions(),
+            info.table.sql(backend),
+            self._prediction_params(info),
+            info.keys,
         )
         classes = info.num_classes
         return np.concatenate(
             [np.frombuffer(bytes(p), dtype="<f4").reshape(-1, classes) for _, p in ordered]
         )
 
-    def predict(self, x) -> np.ndarray:
-        """Predicted class labels."""
-        return np.argmax(self.predict_proba(x), axis=1)
+    def predict(
+        self,
+        x,
+        *,
+        output_table=None,
+        pred_type: str = "response",
+        top_k: int | None = None,
+        replace: bool = False,
+    ):
+        """Predicted class labels of images or of a table; with ``output_table`` (a table ``x``
+        only), the predictions are computed on the segments and written into that table, keyed
+        by image id, with MADlib's columns: ``response`` (id, class_value, class_name, prob),
+        ``prob`` (one row per image and class), ``topk`` (id, rank, class_value, class_name,
+        prob) for the ``top_k`` most probable classes. Returns the output table's name then."""
+        if output_table is None:
+            return np.argmax(self.predict_proba(x), axis=1)
+        self._require_fitted()
+        if not _is_table(x):
+            raise ValueError(
+                "output_table needs a table to predict: predict(table, output_table=…)"
+            )
+        info = self._table_info(x)
+        self._check_model_fits(info)
+        written = write_predictions(
+            self._db(),
+            self._ensure_sessions(),
+            info,
+            output_table,
+            pred_type,
+            top_k,
+            self._prediction_params(info),
+            replace,
+        )
+        return str(written)
+
+    def _prediction_params(self, info: ImageTable) -> dict:
+        return {
+            "model": self._model_json,
+            "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
+            "weights": wire.model_to_bytes(self.model_),
+        }
 
     def evaluate(self, x, y=None) -> dict:
         """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""

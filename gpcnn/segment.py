@@ -4,7 +4,7 @@ Plain Python: the installer copies this module (with ``weights`` and ``merge``) 
 ``plpython3u`` functions, and tests import it directly. Everything arrives as arguments: nothing here
 reads tables (on Greenplum a UDF may not query during a distributed query).
 
-The training aggregate, MADlib-style (DESIGN.md, The aggregate):
+The training aggregate, MADlib-style (docs/design.md, The aggregate protocol):
 - ``train_transition`` runs once per buffer (table row). On a segment's first buffer of an iteration it
   takes the model from the process cache, sets the incoming weights, resets the optimizer and the
   random state, then trains on the buffer with a ``train_on_batch`` loop and accumulates image-weighted
@@ -290,16 +290,41 @@ def _set_weights(model: Any, weights: bytes, digest: str | None = None) -> None:
     model._gpcnn_weights_digest = digest
 
 
-def predict(x: bytes, n: int, model_json: str, options_json: str, weights: bytes) -> bytes:
-    """Class probabilities of one buffer, float32 (n, classes) little-endian bytes."""
+def _probabilities(x: bytes, n: int, model_json: str, options_json: str, weights: bytes):
     options = json.loads(options_json)
     model = build_model(model_json, options)
     digest = hashlib.sha256(weights).hexdigest()  # a plain call per row: load only on a change
     if getattr(model, "_gpcnn_weights_digest", None) != digest:
         _set_weights(model, weights, digest)
     images = to_model_input(decode_images(x, n, options["image_shape"]))
-    probabilities = model.predict_on_batch(images)
-    return np.asarray(probabilities, dtype="<f4").tobytes()
+    return np.asarray(model.predict_on_batch(images), dtype="<f4")
+
+
+def predict(x: bytes, n: int, model_json: str, options_json: str, weights: bytes) -> bytes:
+    """Class probabilities of one buffer, float32 (n, classes) little-endian bytes."""
+    return _probabilities(x, n, model_json, options_json, weights).tobytes()
+
+
+def predict_rows(
+    x: bytes,
+    n: int,
+    ids: bytes,
+    model_json: str,
+    options_json: str,
+    weights: bytes,
+    top_k: int,
+) -> list[tuple[int, int, int, float]]:
+    """(id, rank, class, probability) of each image's ``top_k`` most probable classes, rank 1
+    the prediction (ties: the lower class first), for predictions written into a table."""
+    probabilities = _probabilities(x, n, model_json, options_json, weights)
+    top_k = min(int(top_k), probabilities.shape[1])
+    order = np.argsort(-probabilities, axis=1, kind="stable")[:, :top_k]
+    image_ids = np.frombuffer(ids, dtype="<i8")
+    return [
+        (int(image_ids[i]), rank + 1, int(c), float(probabilities[i, c]))
+        for i in range(n)
+        for rank, c in enumerate(order[i])
+    ]
 
 
 def merge(a: bytes | None, b: bytes | None) -> bytes | None:

@@ -26,6 +26,8 @@ from .segment import LABEL_DTYPE, decode_images, decode_labels
 IMAGES_PER_BUFFER_28x28 = 1_000
 BUFFERS_PER_SEGMENT = 4  # aim for several buffers per segment when the data allows
 STAGING_SUFFIX = "__gpcnn_staging"
+ID_DTYPE = np.dtype("<i8")  # one id per image, as the user gave it (default: its input position)
+IMAGE_LAYOUT = 2  # 1: gpcnn 0.1, without ids
 MAX_NAME_BYTES = 63 - len(STAGING_SUFFIX) - len("__seg9999")
 
 
@@ -173,27 +175,61 @@ _COPY_HEADER = b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0)
 _COPY_TRAILER = struct.pack("!h", -1)
 
 
-def _copy_row(buf: Buffer, x: np.ndarray, y: np.ndarray, order: np.ndarray, scratch=None):
-    """The binary COPY row of one buffer, as chunks (header, images, labels) to send in turn:
-    the images are gathered through ``order`` straight into ``scratch`` and copied once to bytes,
-    so loading never materialises a shuffled copy of the whole data set."""
-    idx = order[buf.start : buf.stop]
-    n = len(idx)
-    if scratch is None or len(scratch) < n:
-        scratch = np.empty((n, *x.shape[1:]), dtype=x.dtype)
-    images = np.take(x, idx, axis=0, out=scratch[:n], mode="clip").tobytes()
-    labels = y[idx].astype(LABEL_DTYPE, copy=False).tobytes()
-    header = struct.pack("!hiiiiiii", 5, 4, buf.key, 4, buf.buffer_id, 4, n, len(images))
-    return header, images, struct.pack("!i", len(labels)) + labels
-
-
-def _copy_chunks(buffers: Sequence[Buffer], x, y, order) -> Iterator[bytes]:
-    """The whole binary COPY stream, produced lazily one buffer at a time."""
-    yield _COPY_HEADER
+def _array_rows(buffers: Sequence[Buffer], x, y, ids, order) -> Iterator[tuple]:
+    """(buffer, images, labels, ids) of each buffer of in-memory arrays: the images are gathered
+    through ``order`` straight into one scratch array and copied once to bytes, so loading never
+    materialises a shuffled copy of the whole data set."""
     scratch = np.empty((max(b.stop - b.start for b in buffers), *x.shape[1:]), dtype=x.dtype)
     for buf in buffers:
-        yield from _copy_row(buf, x, y, order, scratch)
+        idx = order[buf.start : buf.stop]
+        n = len(idx)
+        images = np.take(x, idx, axis=0, out=scratch[:n], mode="clip").tobytes()
+        yield buf, images, y[idx].astype(LABEL_DTYPE).tobytes(), ids[idx].astype(ID_DTYPE).tobytes()
+
+
+def _chunk_rows(buffers: Sequence[Buffer], chunks, ids) -> Iterator[tuple]:
+    """(buffer, images, labels, ids) of each buffer, filled in order from an iterator of (x, y)
+    chunks: at most one chunk and one buffer are in memory at a time."""
+    pending_x: list[np.ndarray] = []
+    pending_y: list[np.ndarray] = []
+    have = 0
+    chunks = iter(chunks)
+    for buf in buffers:
+        need = buf.stop - buf.start
+        while have < need:
+            cx, cy = next(chunks)
+            pending_x.append(np.asarray(cx, np.uint8))
+            pending_y.append(np.asarray(cy))
+            have += len(cy)
+        x, y = np.concatenate(pending_x), np.concatenate(pending_y)
+        pending_x, pending_y, have = [x[need:]], [y[need:]], have - need
+        images = np.ascontiguousarray(x[:need]).tobytes()
+        labels = y[:need].astype(LABEL_DTYPE).tobytes()
+        yield buf, images, labels, ids[buf.start : buf.stop].astype(ID_DTYPE).tobytes()
+
+
+def _copy_row(buf: Buffer, images: bytes, labels: bytes, ids: bytes) -> tuple[bytes, ...]:
+    """The binary COPY row of one buffer, as pieces to send in turn (no copy of the images)."""
+    n = len(ids) // ID_DTYPE.itemsize
+    header = struct.pack("!hiiiiiii", 6, 4, buf.key, 4, buf.buffer_id, 4, n, len(images))
+    return (
+        header,
+        images,
+        struct.pack("!i", len(labels)) + labels,
+        struct.pack("!i", len(ids)) + ids,
+    )
+
+
+def _copy_chunks(rows: Iterator[tuple]) -> Iterator[bytes]:
+    """The whole binary COPY stream, produced lazily one buffer at a time."""
+    yield _COPY_HEADER
+    for row in rows:
+        yield from _copy_row(*row)
     yield _COPY_TRAILER
+
+
+COPY_ROW_OVERHEAD = 2 + 3 * 8 + 3 * 4  # field count, 3 integers with their lengths, 3 lengths
+COPY_STREAM_OVERHEAD = len(_COPY_HEADER) + len(_COPY_TRAILER)
 
 
 class _CopyStream(io.RawIOBase):
@@ -245,6 +281,16 @@ class ImageTable:
     images_per_segment: tuple[int, ...]
     buffer_size: int
     source: str | None
+    layout: int = IMAGE_LAYOUT
+
+    def require_ids(self, what: str) -> None:
+        """Refuse, with what to do, a table loaded before images had ids."""
+        if self.layout < 2:
+            raise TableError(
+                f"{self.table} was loaded by gpcnn 0.1, without image ids, so gpcnn cannot "
+                f"{what}: reload it (load_images(..., replace=True) or `gpcnn load --replace`); "
+                "training and evaluation work on it as it is"
+            )
 
     @property
     def segments(self) -> int:
@@ -255,7 +301,7 @@ class ImageTable:
         return sum(self.images_per_segment)
 
 
-def _resolved(conn: sa.Connection, table: TableName) -> TableName:
+def resolved_name(conn: sa.Connection, table: TableName) -> TableName:
     return TableName(table.schema or catalog.current_schema(conn), table.name)
 
 
@@ -269,6 +315,7 @@ def _from_row(name: TableName, row) -> ImageTable:
         images_per_segment=tuple(int(c) for c in row.images_per_segment),
         buffer_size=row.buffer_size,
         source=row.source,
+        layout=row.layout,
     )
 
 
@@ -278,7 +325,7 @@ def describe(db: Database | str | None, table) -> ImageTable:
     backend = db.backend
     name = TableName.parse(table)
     with db.connect() as conn:
-        name = _resolved(conn, name)
+        name = resolved_name(conn, name)
         row = catalog.catalog_row(conn, backend, name.schema, name.name)
         if row is not None and not catalog.relation_exists(conn, name.sql(backend)):
             raise TableError(
@@ -315,7 +362,7 @@ def drop_table(db: Database | str | None, table, *, missing_ok: bool = False) ->
     backend = db.backend
     name = TableName.parse(table)
     with db.begin() as conn:
-        name = _resolved(conn, name)
+        name = resolved_name(conn, name)
         row = catalog.catalog_row(conn, backend, name.schema, name.name)
         exists = catalog.relation_exists(conn, name.sql(backend))
         if row is None:
@@ -342,12 +389,33 @@ def buffer_counts(db: Database, info: ImageTable) -> dict[int, list[tuple[int, i
 # -- load and read ------------------------------------------------------------------------------
 
 
+def validate_ids(ids, count: int) -> np.ndarray:
+    """One distinct integer id per image; by default the input position."""
+    if ids is None:
+        return np.arange(count, dtype=ID_DTYPE)
+    ids = np.asarray(ids)
+    if ids.shape != (count,) or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
+        raise TableError(
+            f"ids must be {count} integers, one per image; got {ids.dtype} {ids.shape}"
+        )
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) != count:
+        raise TableError(f"ids must be distinct: {unique[counts > 1][:5].tolist()} repeat")
+    return ids.astype(ID_DTYPE)
+
+
+def _is_chunked(x) -> bool:
+    """An image folder (``datasets.ImageFolder``) or anything shaped like one."""
+    return all(hasattr(x, a) for a in ("chunks", "class_names", "image_shape", "__len__"))
+
+
 def load_images(
     db: Database | str | None,
     table,
     x,
-    y,
+    y=None,
     *,
+    ids=None,
     segments: int | None = None,
     buffer_size: int | None = None,
     num_classes: int | None = None,
@@ -357,84 +425,146 @@ def load_images(
     progress: bool = True,
     source: str | None = None,
 ) -> ImageTable:
-    """Load labelled images into a table spread over ``segments`` segments, atomically."""
+    """Load labelled images into a table spread over ``segments`` segments, atomically.
+
+    ``x, y`` are arrays (shuffled with ``seed`` as they are dealt), or ``x`` is an image folder
+    (``gpcnn.datasets.load_image_folder``: already shuffled; decoded chunk by chunk while the COPY
+    runs, so memory stays bounded). ``ids`` name the images (default: the input position; for a
+    folder, the file's position in its sorted listing)."""
     if class_names is not None:
         class_names = [str(c) for c in class_names]
-        if num_classes is None:
-            num_classes = len(class_names)
-        elif num_classes != len(class_names):
+    if _is_chunked(x):
+        if y is not None:
+            raise TableError("an image folder carries its labels: pass y=None")
+        class_names = class_names or list(x.class_names)
+        count, image_shape = len(x), tuple(x.image_shape)
+        if count == 0:
+            raise TableError("no images to load")
+        classes = len(class_names)
+        ranks = {path: i for i, path in enumerate(sorted(p for p, _ in x.files))}
+        ids = validate_ids([ranks[p] for p, _ in x.files] if ids is None else ids, count)
+    else:
+        if class_names is not None and num_classes is not None and num_classes != len(class_names):
             raise TableError(f"{len(class_names)} class names for {num_classes} classes")
-    x, y, classes = validate_images(x, y, num_classes)
+        x, y, classes = validate_images(
+            x, y, num_classes if class_names is None else len(class_names)
+        )
+        count, image_shape = len(x), x.shape[1:]
+        ids = validate_ids(ids, count)
     db = connect(db)
     backend = db.backend
     k = backend.default_segments() if segments is None else int(segments)
     if k < 1:
         raise TableError(f"segments must be >= 1, got {segments}")
-    if len(x) < k:
-        raise TableError(f"{len(x)} images cannot give each of {k} segments at least one")
-    image_shape = x.shape[1:]
-    size = default_buffer_size(len(x), k, image_shape) if buffer_size is None else int(buffer_size)
+    if count < k:
+        raise TableError(f"{count} images cannot give each of {k} segments at least one")
+    size = default_buffer_size(count, k, image_shape) if buffer_size is None else int(buffer_size)
     if size < 1:
         raise TableError(f"buffer_size must be >= 1, got {buffer_size}")
-    size = min(size, math.ceil(len(x) / k))  # every segment gets at least one buffer
+    size = min(size, math.ceil(count / k))  # every segment gets at least one buffer
+    name = checked_name(table)
+
+    def rows(buffers):
+        if _is_chunked(x):
+            return _chunk_rows(buffers, x.chunks(progress=progress), ids)
+        order = np.random.default_rng(seed).permutation(count)  # applied buffer by buffer
+        return _array_rows(buffers, x, y, ids, order)
+
+    payload = count * (math.prod(image_shape) + LABEL_DTYPE.itemsize + ID_DTYPE.itemsize)
+    meta = {
+        "image_shape": list(image_shape),
+        "num_classes": classes,
+        "class_names": class_names,
+        "buffer_size": size,
+        "images": count,
+        "source": source,
+    }
+    return _load(db, name, count, k, replace, meta, rows, payload if progress else None)
+
+
+def checked_name(table) -> TableName:
     name = TableName.parse(table)
     if len(name.name.encode()) > MAX_NAME_BYTES:
         raise TableError(
             f"table name {name.name!r} is longer than {MAX_NAME_BYTES} bytes: gpcnn appends "
             "suffixes for staging and partitions within PostgreSQL's 63-byte identifier limit"
         )
+    return name
 
-    order = np.random.default_rng(seed).permutation(len(x))  # applied buffer by buffer
+
+def _load(
+    db: Database,
+    name: TableName,
+    count: int,
+    k: int,
+    replace: bool,
+    meta: dict,
+    rows,
+    payload: int | None,
+) -> ImageTable:
+    """One transaction, under an advisory lock on the name: a staging table, its buffers
+    (``rows(buffers)``, sent by COPY), the swap, the catalog row."""
+    backend = db.backend
     with db.begin() as conn:
-        name = _resolved(conn, name)
-        backend.lock_name(conn, str(name))
-        catalog.ensure_tables(conn, backend)
-        conn.exec_driver_sql(backend.create_schema_ddl(name.schema))
-        exists = catalog.relation_exists(conn, name.sql(backend))
-        if exists and not replace:
-            raise TableError(f"table {name} exists: pass replace=True (or --replace) to reload it")
-        keys = backend.choose_keys(conn, k)
-        buffers = plan_buffers(len(x), keys, size)
-        staging = name.with_suffix(STAGING_SUFFIX)
-        # A load's staging table dies with its transaction; one left by anything else (a tool
-        # that committed it, an older gpcnn) is removed here, under the lock, by the next load.
-        conn.exec_driver_sql(backend.drop_ddl(staging, if_exists=True))
-        for statement in backend.image_table_ddl(staging, keys):
-            conn.exec_driver_sql(statement)
-        _copy_buffers(conn, backend, staging, buffers, x, y, order, progress, str(name))
-        if exists:
-            conn.exec_driver_sql(backend.drop_ddl(name))
-        for statement in backend.rename_ddl(staging, name, keys):
-            conn.exec_driver_sql(statement)
+        name = resolved_name(conn, name)
+        staging, keys, exists = _begin_swap(conn, backend, name, k, replace)
+        buffers = plan_buffers(count, keys, meta["buffer_size"])
+        total = None if payload is None else payload + COPY_ROW_OVERHEAD * len(buffers)
+        _copy_buffers(conn, backend, staging, _copy_chunks(rows(buffers)), total, str(name))
         counts = [sum(b.stop - b.start for b in buffers if b.key == key) for key in keys]
-        catalog.write_catalog_row(
-            conn,
-            backend,
-            {
-                "table_schema": name.schema,
-                "table_name": name.name,
-                "image_shape": list(image_shape),
-                "num_classes": classes,
-                "class_names": class_names,
-                "dist_keys": list(keys),
-                "images_per_segment": counts,
-                "buffer_size": size,
-                "images": len(x),
-                "source": source,
-                "gpcnn_version": __version__,
-            },
+        _finish_swap(
+            conn, backend, name, staging, keys, exists, {**meta, "images_per_segment": counts}
         )
     return describe(db, name)
 
 
-def _copy_buffers(conn, backend, table, buffers, x, y, order, progress, label) -> None:
+def _begin_swap(conn, backend, name: TableName, k: int, replace: bool):
+    """The lock, the checks, and an empty staging table for a new version of ``name``; returns
+    (staging, keys, whether ``name`` exists)."""
+    backend.lock_name(conn, str(name))
+    catalog.ensure_tables(conn, backend)
+    conn.exec_driver_sql(backend.create_schema_ddl(name.schema))
+    exists = catalog.relation_exists(conn, name.sql(backend))
+    if exists and not replace:
+        raise TableError(f"table {name} exists: pass replace=True (or --replace) to reload it")
+    keys = backend.choose_keys(conn, k)
+    staging = name.with_suffix(STAGING_SUFFIX)
+    # A load's staging table dies with its transaction; one left by anything else (a tool
+    # that committed it, an older gpcnn) is removed here, under the lock, by the next load.
+    conn.exec_driver_sql(backend.drop_ddl(staging, if_exists=True))
+    for statement in backend.image_table_ddl(staging, keys):
+        conn.exec_driver_sql(statement)
+    return staging, keys, exists
+
+
+def _finish_swap(conn, backend, name, staging, keys, exists: bool, meta: dict) -> None:
+    """The staging table takes the name, and the catalog row says what it holds."""
+    if exists:
+        conn.exec_driver_sql(backend.drop_ddl(name))
+    for statement in backend.rename_ddl(staging, name, keys):
+        conn.exec_driver_sql(statement)
+    catalog.write_catalog_row(
+        conn,
+        backend,
+        {
+            "table_schema": name.schema,
+            "table_name": name.name,
+            "dist_keys": list(keys),
+            "layout": IMAGE_LAYOUT,
+            "gpcnn_version": __version__,
+            **meta,
+        },
+    )
+
+
+def _copy_buffers(conn, backend, table, chunks, total: int | None, label: str) -> None:
     bar = None
-    if progress:
+    if total is not None:
         from tqdm.auto import tqdm
 
-        total = x.nbytes + len(y) * LABEL_DTYPE.itemsize + 34 * len(buffers) + 21
+        total += COPY_STREAM_OVERHEAD
         bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", leave=False)
-    stream = _CopyStream(_copy_chunks(buffers, x, y, order), bar)
+    stream = _CopyStream(chunks, bar)
     try:
         with conn.connection.driver_connection.cursor() as cursor:
             cursor.copy_expert(backend.copy_sql(table), stream, size=1 << 20)
@@ -451,13 +581,19 @@ def _copy_buffers(conn, backend, table, buffers, x, y, order, progress, label) -
             bar.close()
 
 
-def read_images(db: Database | str | None, table) -> tuple[np.ndarray, np.ndarray]:
-    """All images (uint8 N×H×W×C) and labels of an image table, in ``buffer_id`` order."""
+def read_images(db: Database | str | None, table, *, ids: bool = False):
+    """All images (uint8 N×H×W×C) and labels of an image table, in ``buffer_id`` order, and with
+    ``ids=True`` their ids too: ``(x, y)`` or ``(x, y, ids)``."""
     db = connect(db)
     info = describe(db, table)
-    xs, ys = [], []
+    if ids:
+        info.require_ids("read its ids")
+    xs, ys, names = [], [], []
     with db.connect() as conn:
-        for row in conn.exec_driver_sql(db.backend.read_sql(info.table)):
+        for row in conn.exec_driver_sql(db.backend.read_sql(info.table, ids=ids)):
             xs.append(decode_images(row.x, row.n, info.image_shape))
             ys.append(decode_labels(row.y))
-    return np.concatenate(xs), np.concatenate(ys)
+            if ids:
+                names.append(np.frombuffer(row.ids, dtype=ID_DTYPE))
+    x, y = np.concatenate(xs), np.concatenate(ys)
+    return (x, y, np.concatenate(names)) if ids else (x, y)

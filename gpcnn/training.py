@@ -37,7 +37,7 @@ def server_message(error: Exception, what: str) -> str:
     return f"{what} failed in the database: {first}{hint}"
 
 
-def _database_call(what: str, call, *args, **kwargs):
+def database_call(what: str, call, *args, **kwargs):
     try:
         return call(*args, **kwargs)
     except sa.exc.DBAPIError as e:
@@ -93,7 +93,7 @@ def evaluate_table(
         "options": json.dumps({**options, "image_shape": list(info.image_shape)}),
         "weights": weights,
     }
-    result = _database_call(
+    result = database_call(
         "evaluation",
         db.backend.run_aggregate,
         sessions,
@@ -200,7 +200,7 @@ class Training:
             if self.shared_optimizer is not None:
                 params["optimizer"] = wire.to_bytes(self.shared_optimizer)
         merged_in_db = not (self.rule.per_segment or self.policy == "local")
-        result = _database_call(
+        result = database_call(
             "training",
             self.backend.run_aggregate,
             self.sessions,

@@ -305,16 +305,26 @@ def test_copy_stream_any_read_size(size):
     buffers = tables.plan_buffers(301, [3, 8], 40)
     seen = []
     progress = type("Bar", (), {"update": lambda self, n: seen.append(n)})()
-    stream = tables._CopyStream(tables._copy_chunks(buffers, x, y, order), progress)
+    ids = np.arange(301) * 7
+    rows = tables._array_rows(buffers, x, y, ids, order)
+    stream = tables._CopyStream(tables._copy_chunks(rows), progress)
     data = b"".join(iter(lambda: stream.read(size), b""))
     expected = [tables._COPY_HEADER]
     for b in buffers:
-        images, labels = x[order[b.start : b.stop]].tobytes(), y[order[b.start : b.stop]]
-        labels = labels.astype("<i4").tobytes()
-        expected += [struct.pack("!hiiiiii", 5, 4, b.key, 4, b.buffer_id, 4, b.stop - b.start)]
+        part = order[b.start : b.stop]
+        images, labels = x[part].tobytes(), y[part].astype("<i4").tobytes()
+        names = ids[part].astype("<i8").tobytes()
+        expected += [struct.pack("!hiiiiii", 6, 4, b.key, 4, b.buffer_id, 4, b.stop - b.start)]
         expected += [struct.pack("!i", len(images)), images, struct.pack("!i", len(labels)), labels]
+        expected += [struct.pack("!i", len(names)), names]
     assert data == b"".join([*expected, tables._COPY_TRAILER])
-    assert sum(seen) == len(data) == x.nbytes + 4 * len(y) + 34 * len(buffers) + 21
+    assert sum(seen) == len(data) == x.nbytes + 4 * len(y) + 8 * len(y) + 38 * len(buffers) + 21
+    assert len(data) == (
+        x.nbytes
+        + 12 * len(y)
+        + tables.COPY_ROW_OVERHEAD * len(buffers)
+        + tables.COPY_STREAM_OVERHEAD
+    )
     assert size < 0 or max(seen) <= size
 
 
@@ -634,7 +644,7 @@ def test_next_load_removes_a_leftover_staging_table(engine, schema, backend):
     with engine.begin() as conn:  # as if an interrupted load had committed its staging table
         for statement in backend.image_table_ddl(staging, [0, 1]):
             conn.exec_driver_sql(statement)
-        conn.exec_driver_sql(f"INSERT INTO {staging.sql(backend)} VALUES (0, 0, 0, '', '')")
+        conn.exec_driver_sql(f"INSERT INTO {staging.sql(backend)} VALUES (0, 0, 0, '', '', '')")
     _assert_intact_data(engine, schema, "leftover", previous)
     x, y = _random(30)
     assert _load(engine, schema, f"{IMG}.leftover", x, y, segments=2, replace=True).images == 30
@@ -754,7 +764,7 @@ def greenplum():
 
 COLUMNS = (
     "__dist_key__ integer NOT NULL, buffer_id integer NOT NULL, n integer NOT NULL, "
-    "x bytea NOT NULL, y bytea NOT NULL"
+    "x bytea NOT NULL, y bytea NOT NULL, ids bytea NOT NULL"
 )
 EXTERNAL = "ALTER COLUMN x SET STORAGE EXTERNAL, ALTER COLUMN y SET STORAGE EXTERNAL"
 

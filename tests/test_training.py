@@ -15,7 +15,7 @@ from sklearn.base import clone
 from gpcnn import segment
 from gpcnn import weights as wire
 from gpcnn.estimator import GreenplumCNN, TrainingError
-from gpcnn.tables import load_images, read_images
+from gpcnn.tables import STAGING_SUFFIX, TableError, describe, load_images, read_images
 
 keras = segment.keras_module()
 
@@ -274,6 +274,81 @@ def test_predict_and_evaluate_in_the_database_equal_local(engine, schema, tables
         assert db_eval["loss"] == pytest.approx(local_eval["loss"], abs=1e-5)
         assert db_eval["accuracy"] == pytest.approx(local_eval["accuracy"], abs=1e-6)
         assert est.score(tables["test"]) == pytest.approx(local_eval["accuracy"], abs=1e-6)
+
+
+@pytest.fixture(scope="module")
+def named(engine, data):
+    """A table whose images have ids of their own and whose classes have names."""
+    x, y = data
+    ids = 1000 + 7 * np.arange(len(y))
+    name = f"{DATA_SCHEMA}.named"
+    load_images(
+        engine, name, x, y, ids=ids, segments=3, class_names=["red", "green", "blue"],
+        buffer_size=25, replace=True, progress=False,
+    )  # fmt: skip
+    return name
+
+
+def _output(engine, table: str) -> list:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY 1, 2")).all()
+
+
+def test_predictions_into_a_table_are_keyed_by_image_id(engine, schema, tables, named):
+    out = f"{DATA_SCHEMA}.predictions"
+    with estimator(engine, schema, tiny_cnn(), iterations=1) as est:
+        est.fit(tables[2])
+        x, _, ids = read_images(engine, named, ids=True)
+        local = dict(zip(ids.tolist(), est.predict_proba(x), strict=True))
+        assert est.predict(named, output_table=out, replace=True) == out
+        response = _output(engine, out)
+        assert [r.id for r in response] == sorted(local)  # every image once, by its own id
+        for r in response:
+            p = local[r.id]
+            assert r.class_value == int(np.argmax(p))
+            assert r.class_name == ["red", "green", "blue"][r.class_value]
+            assert r.prob == pytest.approx(float(p.max()), abs=1e-6)
+
+        est.predict(named, output_table=out, pred_type="prob", replace=True)
+        prob = _output(engine, out)
+        assert len(prob) == 3 * len(local)
+        for r in prob:
+            assert r.prob == pytest.approx(float(local[r.id][r.class_value]), abs=1e-6)
+
+        est.predict(named, output_table=out, pred_type="topk", top_k=2, replace=True)
+        topk = _output(engine, out)
+        assert [r.rank for r in topk] == [1, 2] * len(local)
+        best = {r.id: r.class_value for r in topk if r.rank == 1}
+        assert best == {r.id: r.class_value for r in response}
+
+        with pytest.raises(TableError, match="exists: pass replace=True"):
+            est.predict(named, output_table=out)
+        with pytest.raises(ValueError, match="top_k between 1 and 3"):
+            est.predict(named, output_table=out, pred_type="topk", top_k=4, replace=True)
+        with pytest.raises(TableError, match="is an image table"):
+            est.predict(named, output_table=tables["test"], replace=True)
+
+
+def test_a_failed_prediction_keeps_the_previous_output_and_leaves_no_staging(
+    engine, schema, tables, named, monkeypatch
+):
+    out = f"{DATA_SCHEMA}.predictions_kept"
+    with estimator(engine, schema, tiny_cnn(), iterations=1) as est:
+        est.fit(tables[2])
+        est.predict(named, output_table=out, replace=True)
+        before = _output(engine, out)
+        broken = {**est._prediction_params(describe(engine, named)), "weights": b"\0" * 12}
+        monkeypatch.setattr(est, "_prediction_params", lambda info: broken)
+        with pytest.raises(
+            TrainingError, match=r"prediction failed in the database.*weight values"
+        ):
+            est.predict(named, output_table=out, replace=True)
+    assert _output(engine, out) == before
+    with engine.connect() as conn:
+        staging = conn.execute(
+            sa.text("SELECT to_regclass(:t)"), {"t": f"{out}{STAGING_SUFFIX}"}
+        ).scalar()
+    assert staging is None
 
 
 def test_validation_history_and_persistence(engine, schema, tables, tmp_path):

@@ -74,9 +74,9 @@ class Backend:
 
     IMAGE_COLUMNS: ClassVar[str] = (
         "__dist_key__ integer NOT NULL, buffer_id integer NOT NULL, n integer NOT NULL, "
-        "x bytea NOT NULL, y bytea NOT NULL"
+        "x bytea NOT NULL, y bytea NOT NULL, ids bytea NOT NULL"
     )
-    COPY_COLUMNS: ClassVar[str] = "__dist_key__, buffer_id, n, x, y"
+    COPY_COLUMNS: ClassVar[str] = "__dist_key__, buffer_id, n, x, y, ids"
     # Images barely compress: EXTERNAL (out of line, uncompressed) made COPY ~10x faster.
     EXTERNAL_STORAGE: ClassVar[str] = (
         "ALTER COLUMN x SET STORAGE EXTERNAL, ALTER COLUMN y SET STORAGE EXTERNAL"
@@ -94,9 +94,12 @@ class Backend:
     def image_table_ddl(self, table, keys: list[int]) -> list[str]:
         raise NotImplementedError
 
+    def rename_table_ddl(self, staging, table) -> str:
+        return f"ALTER TABLE {staging.sql(self)} RENAME TO {self.quote(table.name)}"
+
     def rename_ddl(self, staging, table, keys: list[int]) -> list[str]:
-        """Statements that give the staging table (and its parts) the final name."""
-        return [f"ALTER TABLE {staging.sql(self)} RENAME TO {self.quote(table.name)}"]
+        """Statements that give the staging image table (and its parts) the final name."""
+        return [self.rename_table_ddl(staging, table)]
 
     def drop_ddl(self, table, if_exists: bool = False) -> str:
         """Drops an image table with its parts."""
@@ -120,14 +123,9 @@ class Backend:
         """Every buffer's (key, buffer_id, images), in training order."""
         return f"SELECT __dist_key__, buffer_id, n FROM {table.sql(self)} ORDER BY 1, 2"
 
-    def read_sql(self, table) -> str:
-        return f"SELECT x, y, n FROM {table.sql(self)} ORDER BY buffer_id"
-
-    def shard_sql(self, table) -> str:
-        """Every buffer with its key, in training order (tests compare with the stored shards)."""
-        return (
-            f"SELECT __dist_key__, x, y, n FROM {table.sql(self)} ORDER BY __dist_key__, buffer_id"
-        )
+    def read_sql(self, table, ids: bool = False) -> str:
+        columns = "x, y, n, ids" if ids else "x, y, n"
+        return f"SELECT {columns} FROM {table.sql(self)} ORDER BY buffer_id"
 
     # -- iterations (the queries; the same functions on every engine) --------------------------
 
@@ -197,6 +195,44 @@ class Backend:
             f"SELECT t.buffer_id, {text_safe(self.qschema)}.predict(t.x, t.n, :model, :options, "
             f":weights) FROM {text_safe(table_sql)} t WHERE t.__dist_key__ = ANY(CAST(:group AS integer[]))"
         )
+
+    # Output tables of predictions, MADlib's columns per pred_type.
+    PREDICTION_COLUMNS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "response": ("id", "class_value", "class_name", "prob"),
+        "prob": ("id", "class_value", "class_name", "prob"),
+        "topk": ("id", "rank", "class_value", "class_name", "prob"),
+    }
+    _PREDICTION_TYPES: ClassVar[dict[str, str]] = {
+        "id": "bigint NOT NULL",
+        "rank": "integer NOT NULL",
+        "class_value": "integer NOT NULL",
+        "class_name": "text",
+        "prob": "double precision NOT NULL",
+    }
+
+    def prediction_table_ddl(self, table, pred_type: str) -> str:
+        columns = ", ".join(
+            f"{c} {self._PREDICTION_TYPES[c]}" for c in self.PREDICTION_COLUMNS[pred_type]
+        )
+        return f"CREATE TABLE {table.sql(self)} ({columns}){self.distribution('id')}"
+
+    def insert_predictions_sql(self, source_sql: str, target_sql: str, pred_type: str) -> str:
+        """Predictions of one group of keys, computed where the rows are (``predict_rows`` in the
+        select list of a subquery, so it runs once per buffer) and inserted without leaving the
+        server; ``:names`` are the class names, indexed by class value."""
+        columns = self.PREDICTION_COLUMNS[pred_type]
+        value = {"class_name": "(CAST(:names AS text[]))[(r.p).class_value + 1]"}
+        selected = ", ".join(value.get(c, f"(r.p).{c}") for c in columns)
+        return (
+            f"INSERT INTO {text_safe(target_sql)} ({', '.join(columns)}) SELECT {selected} FROM "
+            f"(SELECT {text_safe(self.qschema)}.predict_rows(t.x, t.n, t.ids, :model, :options, "
+            f":weights, :top_k) AS p FROM {text_safe(source_sql)} t "
+            "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[]))) r"
+        )
+
+    def run_statement(self, sessions: SegmentSessions, sql: str, params: dict, keys) -> None:
+        """A statement without results (an INSERT) for every group of keys, concurrently."""
+        self._per_group(sessions, sql, params, keys)
 
     def merge_sql(self) -> str:
         s = text_safe(self.qschema)

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from .base import Backend
 
-SHAPE_VERSION = 2
+SHAPE_VERSION = 3
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed")
 RESUMABLE = ("running", "failed")  # a run that stopped on purpose is never continued by itself
 
@@ -69,6 +69,8 @@ def tables(schema: str) -> Tables:
         sa.Column("source", sa.Text),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
         sa.Column("gpcnn_version", sa.Text, nullable=False),
+        # the image table's own layout: 1 (gpcnn 0.1) has no ids column
+        sa.Column("layout", sa.Integer, nullable=False, server_default="1"),
     )
     runs = sa.Table(
         "runs",
@@ -154,7 +156,8 @@ def ensure_tables(
         for statement in create_ddl(backend):
             conn.exec_driver_sql(statement)
     else:
-        _migrate_1_to_2(conn, backend, result_key)
+        for step in MIGRATIONS[version - 1 :]:
+            step(conn, backend, result_key)
     conn.execute(t.version.delete())
     conn.execute(t.version.insert().values(version=SHAPE_VERSION))
 
@@ -190,6 +193,19 @@ def _migrate_1_to_2(conn: sa.Connection, backend: Backend, result_key) -> None:
                 result_key=None if result_key is None else result_key(params),
             )
         )
+
+
+def _migrate_2_to_3(conn: sa.Connection, backend: Backend, result_key) -> None:
+    """Image tables record their layout; tables loaded before have layout 1 (no image ids)."""
+    if "layout" not in _columns(conn, backend, "image_tables"):
+        conn.exec_driver_sql(
+            f"ALTER TABLE {backend.qschema}.image_tables "
+            "ADD COLUMN layout integer NOT NULL DEFAULT 1"
+        )
+
+
+# MIGRATIONS[i] takes shape i + 1 to shape i + 2.
+MIGRATIONS = (_migrate_1_to_2, _migrate_2_to_3)
 
 
 def _columns(conn: sa.Connection, backend: Backend, table: str) -> set[str]:

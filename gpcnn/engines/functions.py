@@ -76,6 +76,21 @@ FUNCTIONS = (
         "segment.predict(x, n, model_json, options_json, weights)",
         strict=True,
     ),
+    Function(
+        "predict_rows",
+        (
+            ("x", "bytea"),
+            ("n", "integer"),
+            ("ids", "bytea"),
+            ("model_json", "text"),
+            ("options_json", "text"),
+            ("weights", "bytea"),
+            ("top_k", "integer"),
+        ),
+        "TABLE (id bigint, rank integer, class_value integer, prob double precision)",
+        "segment.predict_rows(x, n, ids, model_json, options_json, weights, top_k)",
+        strict=True,
+    ),
 )
 
 

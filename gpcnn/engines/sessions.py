@@ -120,7 +120,7 @@ class SegmentSessions:
     def _run(self, index: int, sql: str, params: dict) -> list[tuple]:
         with self._connections[index].cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchall()
+            return cursor.fetchall() if cursor.description is not None else []
 
     def _compiled(self, statement: str) -> str:
         return sa.text(statement).compile(dialect=self._dialect).string

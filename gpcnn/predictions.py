@@ -1,0 +1,92 @@
+"""Predictions written into a table, as MADlib's ``madlib_keras_predict`` does: computed on the
+segments and inserted there, nothing through the client, the output appearing atomically.
+
+The output is built under a staging name (committed, so that every segment session can insert
+into it), filled by one INSERT … SELECT per group of keys, and renamed to its final name in one
+transaction; a failure drops the staging table, and the previous output, if any, stays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from .engines import Database, catalog
+from .engines.sessions import SegmentSessions
+from .tables import STAGING_SUFFIX, ImageTable, TableError, TableName, checked_name, resolved_name
+from .training import database_call
+
+PRED_TYPES = ("response", "prob", "topk")
+
+
+def rows_per_image(pred_type: str, top_k: int | None, classes: int) -> int:
+    """How many classes each image gets in the output, after checking the request."""
+    if pred_type not in PRED_TYPES:
+        raise ValueError(f"pred_type={pred_type!r}: choose one of {', '.join(PRED_TYPES)}")
+    if pred_type == "response":
+        if top_k is not None:
+            raise ValueError("top_k goes with pred_type='topk'")
+        return 1
+    if pred_type == "prob":
+        if top_k is not None:
+            raise ValueError("pred_type='prob' writes every class: top_k does not apply")
+        return classes
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= classes:
+        raise ValueError(f"pred_type='topk' needs top_k between 1 and {classes}, got {top_k!r}")
+    return top_k
+
+
+def write_predictions(
+    db: Database,
+    sessions: SegmentSessions,
+    info: ImageTable,
+    output,
+    pred_type: str,
+    top_k: int | None,
+    params: dict,
+    replace: bool = False,
+) -> TableName:
+    """Predict every image of ``info``'s table into ``output``; ``params`` are the model, options
+    and weights of the prediction statement. Returns the output's name."""
+    info.require_ids("write predictions keyed by image id")
+    k = rows_per_image(pred_type, top_k, info.num_classes)
+    backend = db.backend
+    name = checked_name(output)
+    with db.begin() as conn:
+        name = resolved_name(conn, name)
+        _check_target(conn, db, name, replace)
+        staging = name.with_suffix(STAGING_SUFFIX)
+        conn.exec_driver_sql(backend.create_schema_ddl(name.schema))
+        conn.exec_driver_sql(backend.drop_ddl(staging, if_exists=True))
+        conn.exec_driver_sql(backend.prediction_table_ddl(staging, pred_type))
+    try:
+        sql = backend.insert_predictions_sql(
+            info.table.sql(backend), staging.sql(backend), pred_type
+        )
+        names = list(info.class_names) or None
+        params = {**params, "top_k": k, "names": names}
+        database_call("prediction", backend.run_statement, sessions, sql, params, info.keys)
+        with db.begin() as conn:
+            exists = _check_target(conn, db, name, replace)
+            if exists:
+                conn.exec_driver_sql(backend.drop_ddl(name))
+            conn.exec_driver_sql(backend.rename_table_ddl(staging, name))
+    except BaseException:
+        with contextlib.suppress(Exception), db.begin() as conn:
+            conn.exec_driver_sql(backend.drop_ddl(staging, if_exists=True))
+        raise
+    return name
+
+
+def _check_target(conn, db: Database, name: TableName, replace: bool) -> bool:
+    """Lock the output name; refuse to overwrite without ``replace``, or to overwrite an image
+    table. Returns whether the output exists."""
+    backend = db.backend
+    backend.lock_name(conn, str(name))
+    exists = catalog.relation_exists(conn, name.sql(backend))
+    if not exists:
+        return False
+    if not replace:
+        raise TableError(f"table {name} exists: pass replace=True to overwrite the predictions")
+    if catalog.catalog_row(conn, backend, name.schema, name.name) is not None:
+        raise TableError(f"{name} is an image table: predictions never overwrite one")
+    return True
