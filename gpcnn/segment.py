@@ -61,6 +61,20 @@ def decode_labels(data: bytes | memoryview) -> np.ndarray:
     return np.frombuffer(data, dtype=LABEL_DTYPE)
 
 
+def pixel_bytes(values: list[float], normalized: bool) -> bytes:
+    """One image's numbers (0..255, or 0..1 when ``normalized``) as stored uint8 bytes, rounded
+    to the nearest level (``pack_table``; the caller has checked the range)."""
+    pixels = np.asarray(values, dtype=np.float64)
+    if normalized:
+        pixels = pixels * 255.0
+    return np.rint(pixels).astype(np.uint8).tobytes()
+
+
+def little_endian(values: list[int], width: int) -> bytes:
+    """Integers as little-endian bytes of ``width`` (4: labels, 8: ids), in the stored layout."""
+    return np.asarray(values, dtype=f"<i{int(width)}").tobytes()
+
+
 # -- TensorFlow in this process ---------------------------------------------------------------
 
 

@@ -507,18 +507,18 @@ def _load(
     backend = db.backend
     with db.begin() as conn:
         name = resolved_name(conn, name)
-        staging, keys, exists = _begin_swap(conn, backend, name, k, replace)
+        staging, keys, exists = begin_swap(conn, backend, name, k, replace)
         buffers = plan_buffers(count, keys, meta["buffer_size"])
         total = None if payload is None else payload + COPY_ROW_OVERHEAD * len(buffers)
         _copy_buffers(conn, backend, staging, _copy_chunks(rows(buffers)), total, str(name))
         counts = [sum(b.stop - b.start for b in buffers if b.key == key) for key in keys]
-        _finish_swap(
+        finish_swap(
             conn, backend, name, staging, keys, exists, {**meta, "images_per_segment": counts}
         )
     return describe(db, name)
 
 
-def _begin_swap(conn, backend, name: TableName, k: int, replace: bool):
+def begin_swap(conn, backend, name: TableName, k: int, replace: bool):
     """The lock, the checks, and an empty staging table for a new version of ``name``; returns
     (staging, keys, whether ``name`` exists)."""
     backend.lock_name(conn, str(name))
@@ -537,7 +537,7 @@ def _begin_swap(conn, backend, name: TableName, k: int, replace: bool):
     return staging, keys, exists
 
 
-def _finish_swap(conn, backend, name, staging, keys, exists: bool, meta: dict) -> None:
+def finish_swap(conn, backend, name, staging, keys, exists: bool, meta: dict) -> None:
     """The staging table takes the name, and the catalog row says what it holds."""
     if exists:
         conn.exec_driver_sql(backend.drop_ddl(name))

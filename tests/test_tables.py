@@ -843,3 +843,87 @@ def test_postgres_image_table_ddl():
         'ALTER TABLE s."T__gpcnn_staging__seg1" RENAME TO "T__seg1"',
     ]
     assert pg.distribution("table_schema", "table_name") == ""
+
+
+# -- image ids and image folders ----------------------------------------------------------------
+
+
+def test_ids_default_to_the_input_position_and_travel_with_their_images(engine, schema):
+    x, y = _random(40, seed=4)
+    _load(engine, schema, f"{IMG}.ids_default", x, y, segments=3, seed=2, buffer_size=6)
+    rx, ry, rids = read_images(engine, f"{IMG}.ids_default", ids=True)
+    assert rids.dtype == np.dtype("<i8") and sorted(rids.tolist()) == list(range(40))
+    np.testing.assert_array_equal(rx[..., 0], x[rids])
+    np.testing.assert_array_equal(ry, y[rids])
+    given = 10**12 + 3 * np.arange(40)
+    _load(engine, schema, f"{IMG}.ids_given", x, y, ids=given, segments=2)
+    rx, _, rids = read_images(engine, f"{IMG}.ids_given", ids=True)
+    np.testing.assert_array_equal(rx[..., 0], x[(rids - 10**12) // 3])
+
+
+@pytest.mark.parametrize(
+    ("ids", "match"),
+    [
+        (np.arange(39), r"ids must be 40 integers"),
+        (np.linspace(0, 1, 40), r"ids must be 40 integers"),
+        (np.r_[np.arange(39), 5], r"ids must be distinct: \[5\] repeat"),
+    ],
+)
+def test_bad_ids_are_refused_before_anything_is_written(engine, schema, ids, match):
+    x, y = _random(40)
+    with pytest.raises(TableError, match=match):
+        _load(engine, schema, f"{NEVER}.t", x, y, ids=ids)
+    assert not _exists(engine, TableName(NEVER, "t"))
+
+
+def test_a_table_of_gpcnn_0_1_without_ids_is_refused_with_what_to_do(engine, schema):
+    x, y = _random(10)
+    _load(engine, schema, f"{IMG}.old_layout", x, y, segments=2)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"UPDATE {schema}.image_tables SET layout = 1 "
+                "WHERE table_schema = :s AND table_name = 'old_layout'"
+            ),
+            {"s": IMG},
+        )
+    assert len(read_images(engine, f"{IMG}.old_layout")[0]) == 10  # training reads still work
+    with pytest.raises(TableError, match=r"loaded by gpcnn 0\.1, without image ids.*replace=True"):
+        read_images(engine, f"{IMG}.old_layout", ids=True)
+
+
+def _folder(root, sizes_by_class: dict[str, list[tuple[int, int]]]):
+    from PIL import Image
+
+    for name, sizes in sizes_by_class.items():
+        (root / name).mkdir(parents=True)
+        for i, (w, h) in enumerate(sizes):
+            colour = (40 * i, 100, 200 if name == "b" else 0)
+            Image.new("RGB", (w, h), colour).save(root / name / f"{i}.png")
+    return root
+
+
+def test_an_image_folder_loads_chunk_by_chunk(engine, schema, tmp_path, capsys):
+    from gpcnn.datasets import load_image_folder
+
+    root = _folder(tmp_path / "imgs", {"a": [(5, 7)] * 4, "b": [(9, 3)] * 3})
+    folder = load_image_folder(root, size=(6, 6), color="rgb", seed=1, chunk_size=2)
+    info = load_images(engine, f"{IMG}.folder", folder, segments=2, buffer_size=2, progress=False)
+    assert info.images == 7 and info.image_shape == (6, 6, 3)
+    assert info.class_names == ("a", "b") and info.num_classes == 2
+    rx, ry, rids = read_images(engine, f"{IMG}.folder", ids=True)
+    ex, ey = folder.to_arrays(progress=False)
+    # the folder's (shuffled) order is the table's; ids are positions in the sorted listing
+    np.testing.assert_array_equal(rx, ex)
+    np.testing.assert_array_equal(ry, ey)
+    listing = sorted(p for p, _ in folder.files)
+    assert [listing[i] for i in rids] == [p for p, _ in folder.files]
+    with pytest.raises(TableError, match="carries its labels"):
+        load_images(engine, f"{IMG}.folder2", folder, ry)
+    url = engine.url.render_as_string(hide_password=False)
+    argv = ["load", "--folder", str(root), "--table", f"{IMG}.folder_cli", "--size", "4,4",
+            "--color", "gray", "--segments", "2", "--quiet", "--database", url,
+            "--schema", schema]  # fmt: skip
+    assert cli.main(argv) == 0
+    assert "7 images 4x4x1" in capsys.readouterr().out
+    assert describe(engine, f"{IMG}.folder_cli").class_names == ("a", "b")

@@ -91,6 +91,20 @@ FUNCTIONS = (
         "segment.predict_rows(x, n, ids, model_json, options_json, weights, top_k)",
         strict=True,
     ),
+    Function(
+        "pixel_bytes",
+        (("pixels", "double precision[]"), ("normalized", "boolean")),
+        "bytea",
+        "segment.pixel_bytes(pixels, normalized)",
+        strict=True,
+    ),
+    Function(
+        "little_endian",
+        (("numbers", "bigint[]"), ("width", "integer")),
+        "bytea",
+        "segment.little_endian(numbers, width)",
+        strict=True,
+    ),
 )
 
 

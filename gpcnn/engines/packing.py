@@ -1,0 +1,117 @@
+"""The statements of ``pack_table``: an existing table of images becomes a gpcnn image table
+without the images leaving the server.
+
+The source has one row per image: an integer id, the pixels (``real[]``, ``double precision[]``,
+``smallint[]``, ``integer[]`` in H×W×C order, or ``bytea`` of uint8) and a label of any type. The
+checks name the first bad row by its id; the fill is one INSERT … SELECT that orders the rows by
+id, deals them to buffers by a permutation the client sends (as ``load_images`` deals arrays), and
+packs each buffer with ``pixel_bytes`` / ``little_endian`` on the segments.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from .base import Backend, text_safe
+
+ARRAY_TYPES = ("real[]", "double precision[]", "smallint[]", "integer[]")
+IMAGE_TYPES = (*ARRAY_TYPES, "bytea")
+ID_TYPES = ("smallint", "integer", "bigint")
+
+
+def column_types(conn: sa.Connection, qualified_sql: str) -> dict[str, str]:
+    """Each column of a table and its type, as ``format_type`` spells it."""
+    rows = conn.execute(
+        sa.text(
+            "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute "
+            "WHERE attrelid = to_regclass(:t) AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+        ),
+        {"t": qualified_sql},
+    )
+    return dict(rows.all())
+
+
+class SourceQueries:
+    """Statements over one source table and its three columns (quoted here)."""
+
+    def __init__(self, backend: Backend, source_sql: str, x: str, y: str, id_: str, x_type: str):
+        self.backend = backend
+        self.source = text_safe(source_sql)
+        self.x, self.y, self.id = (text_safe(backend.quote(c)) for c in (x, y, id_))
+        self.is_array = x_type in ARRAY_TYPES
+
+    def _length(self) -> str:
+        return f"cardinality({self.x})" if self.is_array else f"octet_length({self.x})"
+
+    def count_sql(self) -> str:
+        return f"SELECT count(*), count(DISTINCT {self.id}) FROM {self.source}"
+
+    def null_id_sql(self) -> str:
+        return f"SELECT count(*) FROM {self.source} WHERE {self.id} IS NULL"
+
+    def duplicate_id_sql(self) -> str:
+        return (
+            f"SELECT {self.id} FROM {self.source} GROUP BY {self.id} HAVING count(*) > 1 "
+            f"ORDER BY {self.id} LIMIT 1"
+        )
+
+    def null_value_sql(self) -> str:
+        return (
+            f"SELECT {self.id}, {self.x} IS NULL FROM {self.source} "
+            f"WHERE {self.x} IS NULL OR {self.y} IS NULL ORDER BY {self.id} LIMIT 1"
+        )
+
+    def lengths_sql(self) -> str:
+        """The distinct image lengths, with the smallest id of each."""
+        return (
+            f"SELECT {self._length()}, min({self.id}) FROM {self.source} "
+            f"GROUP BY 1 ORDER BY 2 LIMIT 2"
+        )
+
+    def out_of_range_sql(self) -> str:
+        """The first row with a value outside [0, :top] (NaN included: it sorts above all)."""
+        return (
+            f"SELECT {self.id} FROM {self.source} WHERE EXISTS (SELECT 1 FROM unnest({self.x}) v "
+            "WHERE v IS NULL OR v < 0 OR v > :top) ORDER BY 1 LIMIT 1"
+        )
+
+    def class_values_sql(self) -> str:
+        """The distinct labels in their type's order, as text (MADlib's class values)."""
+        return (
+            f"SELECT CAST(d.v AS text) AS value FROM (SELECT DISTINCT {self.y} AS v "
+            f"FROM {self.source}) d ORDER BY d.v"
+        )
+
+    def unknown_label_sql(self) -> str:
+        return (
+            f"SELECT {self.id}, CAST({self.y} AS text) FROM {self.source} "
+            f"WHERE NOT (CAST({self.y} AS text) = ANY(CAST(:values AS text[]))) "
+            f"ORDER BY {self.id} LIMIT 1"
+        )
+
+    def fill_sql(self, target_sql: str) -> str:
+        """Buffers into ``target``: row ``pos`` (0-based, in id order) is the ``rank``-th image
+        dealt (``:order`` lists the positions by rank) into buffer ``:buffer_of[rank]``, and
+        ``:buffers`` gives each buffer's key and id."""
+        s = text_safe(self.backend.qschema)
+        pixels = (
+            f"{s}.pixel_bytes(CAST(r.x AS double precision[]), :normalized)"
+            if self.is_array
+            else "r.x"
+        )
+        return (
+            f"INSERT INTO {text_safe(target_sql)} (__dist_key__, buffer_id, n, x, y, ids) "
+            f"SELECT b.key, b.buffer_id, count(*), string_agg({pixels}, ''::bytea ORDER BY p.rank), "
+            f"{s}.little_endian(array_agg(CAST(array_position(CAST(:values AS text[]), "
+            "CAST(r.y AS text)) - 1 AS bigint) ORDER BY p.rank), 4), "
+            f"{s}.little_endian(array_agg(CAST(r.id AS bigint) ORDER BY p.rank), 8) "
+            f"FROM (SELECT row_number() OVER (ORDER BY {self.id}) - 1 AS pos, {self.id} AS id, "
+            f"{self.x} AS x, {self.y} AS y FROM {self.source}) r "
+            "JOIN (SELECT u.pos, u.buffer, u.rank FROM unnest(CAST(:order AS bigint[]), "
+            "CAST(:buffer_of AS integer[])) WITH ORDINALITY AS u(pos, buffer, rank)) p "
+            "ON p.pos = r.pos "
+            "JOIN (SELECT u.key, u.buffer_id, u.ordinality - 1 AS buffer FROM "
+            "unnest(CAST(:keys AS integer[]), CAST(:buffer_ids AS integer[])) WITH ORDINALITY "
+            "AS u(key, buffer_id, ordinality)) b ON b.buffer = p.buffer "
+            "GROUP BY b.key, b.buffer_id"
+        )

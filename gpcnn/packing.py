@@ -1,0 +1,193 @@
+"""``pack_table``: a table of images already in the database becomes a gpcnn image table, in SQL
+on the server (MADlib's ``training_preprocessor_dl``), with ``load_images``' guarantees: every
+check first with an error that names the bad row's id, one transaction with the atomic swap,
+balanced segments, a catalog row. The images never pass through the client; it sends only the
+order in which they are dealt (a permutation of N positions from ``seed``, as ``load_images``
+draws it), so ``pack_table(seed=s)`` of a table equals ``load_images(seed=s)`` of the same arrays
+in id order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import sqlalchemy as sa
+
+from .engines import Database, connect
+from .engines.packing import ID_TYPES, IMAGE_TYPES, SourceQueries, column_types
+from .install import ensure_installed
+from .tables import (
+    ImageTable,
+    TableError,
+    TableName,
+    begin_swap,
+    checked_name,
+    default_buffer_size,
+    describe,
+    finish_swap,
+    plan_buffers,
+    resolved_name,
+)
+
+
+def pack_table(
+    db: Database | str | None,
+    source,
+    target,
+    *,
+    x_column: str,
+    y_column: str,
+    id_column: str,
+    shape: Sequence[int] | None = None,
+    normalized: bool = False,
+    segments: int | None = None,
+    buffer_size: int | None = None,
+    class_values: Sequence | None = None,
+    seed: int = 0,
+    replace: bool = False,
+) -> ImageTable:
+    """Pack ``source`` (one row per image) into the image table ``target``.
+
+    ``x_column``: pixels as ``real[]``, ``double precision[]``, ``smallint[]``, ``integer[]`` (H×W×C,
+    channels last; values 0..255, or 0..1 with ``normalized``) or ``bytea`` (uint8). ``shape``:
+    (H, W, C); by default a square gray (L = s²) or RGB (L = 3s²) image. ``y_column``: labels of any
+    type, mapped to classes 0..C-1 in the order of ``class_values`` (default: the distinct labels,
+    sorted; pack a validation table with the training table's ``class_names``). ``id_column``:
+    an integer id per row, required (a row order is not an id)."""
+    db = connect(db)
+    ensure_installed(db)  # the packing runs gpcnn's functions on the segments
+    backend = db.backend
+    name = checked_name(target)
+    with db.connect() as conn:
+        src = resolved_name(conn, TableName.parse(source))
+        queries, count = _check_columns(conn, backend, src, x_column, y_column, id_column)
+        image_shape = _check_rows(conn, queries, src, shape, normalized)
+        values = _class_values(conn, queries, src, class_values)
+    k = backend.default_segments() if segments is None else int(segments)
+    if k < 1 or count < k:
+        raise TableError(f"{count} images cannot give each of {k} segments at least one")
+    size = default_buffer_size(count, k, image_shape) if buffer_size is None else int(buffer_size)
+    if size < 1:
+        raise TableError(f"buffer_size must be >= 1, got {buffer_size}")
+    size = min(size, math.ceil(count / k))
+    order = np.random.default_rng(seed).permutation(count)
+    with db.begin() as conn:
+        name = resolved_name(conn, name)
+        if name == src:
+            raise TableError("pack_table writes a new table: target must differ from source")
+        staging, keys, exists = begin_swap(conn, backend, name, k, replace)
+        buffers = plan_buffers(count, keys, size)
+        buffer_of = np.empty(count, dtype=np.int64)
+        for index, buf in enumerate(buffers):
+            buffer_of[buf.start : buf.stop] = index
+        conn.execute(
+            sa.text(queries.fill_sql(staging.sql(backend))),
+            {
+                "normalized": bool(normalized),
+                "values": values,
+                "order": order.tolist(),
+                "buffer_of": buffer_of.tolist(),
+                "keys": [b.key for b in buffers],
+                "buffer_ids": [b.buffer_id for b in buffers],
+            },
+        )
+        counts = [sum(b.stop - b.start for b in buffers if b.key == key) for key in keys]
+        finish_swap(
+            conn,
+            backend,
+            name,
+            staging,
+            keys,
+            exists,
+            {
+                "image_shape": list(image_shape),
+                "num_classes": len(values),
+                "class_names": values,
+                "buffer_size": size,
+                "images": count,
+                "images_per_segment": counts,
+                "source": f"pack_table of {src}",
+            },
+        )
+    return describe(db, name)
+
+
+def _check_columns(conn, backend, src: TableName, x: str, y: str, id_: str):
+    types = column_types(conn, src.sql(backend))
+    if not types:
+        raise TableError(f"no table {src} to pack")
+    for role, column in (("x_column", x), ("y_column", y), ("id_column", id_)):
+        if column not in types:
+            raise TableError(f"{role}={column!r} is not a column of {src} ({', '.join(types)})")
+    if types[x] not in IMAGE_TYPES:
+        raise TableError(f"{src}.{x} is {types[x]}: images must be one of {', '.join(IMAGE_TYPES)}")
+    if types[id_] not in ID_TYPES:
+        raise TableError(f"{src}.{id_} is {types[id_]}: ids must be one of {', '.join(ID_TYPES)}")
+    queries = SourceQueries(backend, src.sql(backend), x, y, id_, types[x])
+    total, distinct = conn.execute(sa.text(queries.count_sql())).one()
+    if total == 0:
+        raise TableError(f"{src} has no rows to pack")
+    nulls = conn.execute(sa.text(queries.null_id_sql())).scalar()
+    if nulls:
+        raise TableError(f"{src}: {nulls} rows have a NULL {id_}; every image needs an id")
+    if distinct != total:
+        duplicate = conn.execute(sa.text(queries.duplicate_id_sql())).scalar()
+        raise TableError(f"{src}: {id_} = {duplicate} appears more than once; ids must be unique")
+    return queries, int(total)
+
+
+def _check_rows(conn, queries: SourceQueries, src: TableName, shape, normalized: bool):
+    missing = conn.execute(sa.text(queries.null_value_sql())).first()
+    if missing is not None:
+        what = "images" if missing[1] else "label"
+        raise TableError(f"{src}: the row with id {missing[0]} has NULL {what}")
+    lengths = conn.execute(sa.text(queries.lengths_sql())).all()
+    image_shape = _shape(lengths[0][0], shape, src)
+    expected = math.prod(image_shape)
+    for length, first_id in lengths:
+        if length != expected:
+            raise TableError(
+                f"{src}: the row with id {first_id} has {length} values, expected {expected} "
+                f"for images of shape {image_shape}"
+            )
+    if queries.is_array:
+        top = 1.0 if normalized else 255.0
+        bad = conn.execute(sa.text(queries.out_of_range_sql()), {"top": top}).scalar()
+        if bad is not None:
+            raise TableError(
+                f"{src}: the row with id {bad} has values outside 0..{top:g}"
+                + ("" if normalized else " (pass normalized=True for images in 0..1)")
+            )
+    return image_shape
+
+
+def _shape(length: int, shape, src: TableName) -> tuple[int, int, int]:
+    if shape is not None:
+        shape = tuple(int(s) for s in shape)
+        if len(shape) == 2:
+            shape = (*shape, 1)
+        if len(shape) != 3 or min(shape) < 1:
+            raise TableError(f"shape must be (H, W) or (H, W, C), got {shape}")
+        return shape
+    for channels in (1, 3):
+        side = math.isqrt(length // channels)
+        if side * side * channels == length:
+            return side, side, channels
+    raise TableError(f"{src}: images of {length} values are not square: give shape=(H, W, C)")
+
+
+def _class_values(conn, queries: SourceQueries, src: TableName, given) -> list[str]:
+    if given is None:
+        return list(conn.execute(sa.text(queries.class_values_sql())).scalars())
+    values = [str(v) for v in given]
+    if len(set(values)) != len(values):
+        raise TableError(f"class_values must be distinct, got {values}")
+    unknown = conn.execute(sa.text(queries.unknown_label_sql()), {"values": values}).first()
+    if unknown is not None:
+        raise TableError(
+            f"{src}: the row with id {unknown[0]} has label {unknown[1]!r}, not one of the "
+            f"class values {values}"
+        )
+    return values
