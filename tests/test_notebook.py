@@ -1,0 +1,37 @@
+"""examples/convergence.ipynb runs top to bottom (on tiny data: the parameters cell is replaced) and
+is committed without outputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "convergence.ipynb"
+
+
+def test_the_notebook_is_committed_without_outputs():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert code and all(not c.outputs and c.execution_count is None for c in code)
+    assert [c for c in code if "parameters" in c.metadata.get("tags", [])]
+
+
+def test_the_notebook_runs_top_to_bottom_on_tiny_data(engine, schema, tmp_path):
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    (parameters,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    url = engine.url.render_as_string(hide_password=False)
+    parameters.source = (
+        'DATASET = "mnist-sample"\nLIMIT = 400\nSEGMENTS = 2\nITERATIONS = 2\n'
+        'RULES = ["average", "bmuf"]\nLEARNING_RATE = 0.05\n'
+        f"DATABASE = {url!r}\nSCHEMA = {schema!r}\n"
+    )
+    NotebookClient(
+        nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": tmp_path}}
+    ).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "average: run" in text and "bmuf: run" in text
+    assert "best validation accuracy after 2 iterations" in text
+    assert any("image/png" in o.get("data", {}) for o in outputs)  # the figure, inline
