@@ -19,7 +19,7 @@ import csv
 import gpcnn
 from gpcnn.datasets import load_fashion_mnist
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.experiments import small_cnn
+from gpcnn.models import small_cnn
 from gpcnn.segment import keras_module
 
 TRAIN_TABLE = "fashion_mnist_train"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -26,29 +26,11 @@ from . import datasets, runs, segment
 from . import weights as wire
 from .engines import Database
 from .estimator import GreenplumCNN
+from .models import MODELS
 from .tables import TableError, describe, load_images, read_images
 
 RULES = ("single", "none", "average", "bmuf", "easgd", "sync")
 REPORT_ITERATIONS = (1, 5, 10, 20)
-
-
-def small_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10):
-    """A small CNN (about 5k weights): an epoch of 60,000 images in seconds on 2 cores."""
-    keras = segment.keras_module()
-    return keras.Sequential(
-        [
-            keras.Input(tuple(input_shape)),
-            keras.layers.Conv2D(8, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Conv2D(16, 3, activation="relu"),
-            keras.layers.MaxPooling2D(),
-            keras.layers.Flatten(),
-            keras.layers.Dense(classes, activation="softmax"),
-        ]
-    )
-
-
-MODELS: dict[str, Callable] = {"small-cnn": small_cnn}
 
 
 @dataclass(frozen=True)

@@ -61,9 +61,9 @@ def decode_labels(data: bytes | memoryview) -> np.ndarray:
     return np.frombuffer(data, dtype=LABEL_DTYPE)
 
 
-def pixel_bytes(values: list[float], normalized: bool) -> bytes:
-    """One image's numbers (0..255, or 0..1 when ``normalized``) as stored uint8 bytes, rounded
-    to the nearest level (``pack_table``; the caller has checked the range)."""
+def pixel_bytes(values: list, normalized: bool) -> bytes:
+    """Images' numbers (0..255, or 0..1 when ``normalized``; one image or a list of them) as
+    stored uint8 bytes, rounded to the nearest level (``pack_table``; the range is checked)."""
     pixels = np.asarray(values, dtype=np.float64)
     if normalized:
         pixels = pixels * 255.0

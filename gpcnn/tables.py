@@ -10,6 +10,7 @@ killed mid-COPY) rolls back to the previous table and catalog row, and no stagin
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import struct
 import warnings
@@ -156,17 +157,70 @@ class Buffer:
     stop: int
 
 
-def plan_buffers(n_images: int, keys: Sequence[int], buffer_size: int) -> list[Buffer]:
-    """Contiguous shards, per-segment counts differing by at most one image; each shard cut into
-    nearly equal buffers of at most ``buffer_size``. ``buffer_id`` follows the shuffled order."""
+def plan_buffers(
+    n_images: int, keys: Sequence[int], buffer_size: int, counts: Sequence[int] | None = None
+) -> list[Buffer]:
+    """Contiguous shards of ``counts`` images each (default: counts differing by at most one
+    image); each shard cut into nearly equal buffers of at most ``buffer_size``. ``buffer_id``
+    follows the dealt order."""
     if n_images < len(keys):
         raise TableError(f"{n_images} images cannot fill {len(keys)} segments (one image each)")
+    if counts is None:
+        counts = [len(s) for s in np.array_split(np.arange(n_images), len(keys))]
     buffers, start = [], 0
-    for key, shard in zip(keys, np.array_split(np.arange(n_images), len(keys)), strict=True):
-        for piece in np.array_split(shard, math.ceil(len(shard) / buffer_size)):
+    for key, count in zip(keys, counts, strict=True):
+        for piece in np.array_split(np.arange(count), math.ceil(count / buffer_size)):
             buffers.append(Buffer(key, len(buffers), start, start + len(piece)))
             start += len(piece)
     return buffers
+
+
+DISTRIBUTIONS = ("iid", "label-skew")
+
+
+def deal(y: np.ndarray, segments: int, seed: int, distribution: str = "iid", skew=None):
+    """The order in which images are dealt (shard after shard) and each shard's size.
+
+    ``iid``: one random permutation, shards of equal size. ``label-skew``: each class's images
+    split among the segments in proportions drawn from Dirichlet(``skew``) (Hsu et al. 2019), so
+    every segment has its own class mix and size; each shard is shuffled."""
+    rng = np.random.default_rng(seed)
+    if distribution == "iid":
+        if skew is not None:
+            raise TableError("skew applies to distribution='label-skew' only")
+        order = rng.permutation(len(y))
+        return order, [len(s) for s in np.array_split(order, segments)]
+    if distribution != "label-skew":
+        raise TableError(f"distribution={distribution!r}: choose one of {', '.join(DISTRIBUTIONS)}")
+    if isinstance(skew, bool) or not isinstance(skew, int | float) or not 0 < skew < math.inf:
+        raise TableError(
+            f"label-skew needs skew = alpha > 0 (Dirichlet concentration), got {skew!r}"
+        )
+    parts: list[list[np.ndarray]] = [[] for _ in range(segments)]
+    for c in np.unique(y):
+        members = rng.permutation(np.flatnonzero(y == c))
+        cuts = np.round(
+            np.cumsum(rng.dirichlet(np.full(segments, float(skew))))[:-1] * len(members)
+        )
+        for k, piece in enumerate(np.split(members, cuts.astype(int))):
+            parts[k].append(piece)
+    shards = [rng.permutation(np.concatenate(p)) for p in parts]
+    empty = [k for k, shard in enumerate(shards) if len(shard) == 0]
+    if empty:
+        raise TableError(
+            f"label-skew with alpha={skew} left segment {empty[0]} without images (seed {seed}): "
+            "use a larger alpha, fewer segments or another seed"
+        )
+    return np.concatenate(shards), [len(s) for s in shards]
+
+
+def class_counts(y: np.ndarray, order: np.ndarray, counts: Sequence[int], classes: int):
+    """Each segment's images per class, in dealing order."""
+    bounds = np.cumsum([0, *counts])
+    return [
+        np.bincount(y[order[a:b]], minlength=classes).tolist()
+        for a, b in itertools.pairwise(bounds)
+    ]
 
 
 # -- COPY ---------------------------------------------------------------------------------------
@@ -282,6 +336,9 @@ class ImageTable:
     buffer_size: int
     source: str | None
     layout: int = IMAGE_LAYOUT
+    distribution: str = "iid"
+    skew: float | None = None  # label-skew's Dirichlet alpha
+    class_counts: tuple[tuple[int, ...], ...] | None = None  # per segment, per class
 
     def require_ids(self, what: str) -> None:
         """Refuse, with what to do, a table loaded before images had ids."""
@@ -316,7 +373,17 @@ def _from_row(name: TableName, row) -> ImageTable:
         buffer_size=row.buffer_size,
         source=row.source,
         layout=row.layout,
+        distribution=row.distribution,
+        skew=row.skew,
+        class_counts=_per_segment(row.class_counts, len(row.dist_keys)),
     )
+
+
+def _per_segment(flat, segments: int):
+    if flat is None:
+        return None
+    width = len(flat) // segments
+    return tuple(tuple(int(v) for v in flat[k * width : (k + 1) * width]) for k in range(segments))
 
 
 def describe(db: Database | str | None, table) -> ImageTable:
@@ -421,16 +488,21 @@ def load_images(
     num_classes: int | None = None,
     class_names: Sequence[str] | None = None,
     seed: int = 0,
+    distribution: str = "iid",
+    skew: float | None = None,
     replace: bool = False,
     progress: bool = True,
     source: str | None = None,
 ) -> ImageTable:
     """Load labelled images into a table spread over ``segments`` segments, atomically.
 
-    ``x, y`` are arrays (shuffled with ``seed`` as they are dealt), or ``x`` is an image folder
+    ``x, y`` are arrays, dealt to the segments in a random order from ``seed``: equal IID shards,
+    or with ``distribution="label-skew"`` each class split among the segments in proportions
+    drawn from Dirichlet(``skew``) (``deal``). Or ``x`` is an image folder
     (``gpcnn.datasets.load_image_folder``: already shuffled; decoded chunk by chunk while the COPY
     runs, so memory stays bounded). ``ids`` name the images (default: the input position; for a
-    folder, the file's position in its sorted listing)."""
+    folder, the file's position in its sorted listing). The catalog records the distribution and
+    every segment's class mix."""
     if class_names is not None:
         class_names = [str(c) for c in class_names]
     if _is_chunked(x):
@@ -443,6 +515,9 @@ def load_images(
         classes = len(class_names)
         ranks = {path: i for i, path in enumerate(sorted(p for p, _ in x.files))}
         ids = validate_ids([ranks[p] for p, _ in x.files] if ids is None else ids, count)
+        if distribution != "iid":
+            raise TableError("an image folder loads IID (its files are shuffled): no label-skew")
+        labels = np.array([label for _, label in x.files], dtype=np.int64)
     else:
         if class_names is not None and num_classes is not None and num_classes != len(class_names):
             raise TableError(f"{len(class_names)} class names for {num_classes} classes")
@@ -451,6 +526,7 @@ def load_images(
         )
         count, image_shape = len(x), x.shape[1:]
         ids = validate_ids(ids, count)
+        labels = y
     db = connect(db)
     backend = db.backend
     k = backend.default_segments() if segments is None else int(segments)
@@ -463,11 +539,16 @@ def load_images(
         raise TableError(f"buffer_size must be >= 1, got {buffer_size}")
     size = min(size, math.ceil(count / k))  # every segment gets at least one buffer
     name = checked_name(table)
+    if _is_chunked(x):
+        order = np.arange(count)
+        counts = [len(s) for s in np.array_split(order, k)]
+    else:
+        order, counts = deal(labels, k, seed, distribution, skew)  # applied buffer by buffer
+    mixes = class_counts(labels, order, counts, classes)
 
     def rows(buffers):
         if _is_chunked(x):
             return _chunk_rows(buffers, x.chunks(progress=progress), ids)
-        order = np.random.default_rng(seed).permutation(count)  # applied buffer by buffer
         return _array_rows(buffers, x, y, ids, order)
 
     payload = count * (math.prod(image_shape) + LABEL_DTYPE.itemsize + ID_DTYPE.itemsize)
@@ -478,8 +559,11 @@ def load_images(
         "buffer_size": size,
         "images": count,
         "source": source,
+        "distribution": distribution,
+        "skew": None if skew is None else float(skew),
+        "class_counts": [c for mix in mixes for c in mix],
     }
-    return _load(db, name, count, k, replace, meta, rows, payload if progress else None)
+    return _load(db, name, counts, replace, meta, rows, payload if progress else None)
 
 
 def checked_name(table) -> TableName:
@@ -495,23 +579,22 @@ def checked_name(table) -> TableName:
 def _load(
     db: Database,
     name: TableName,
-    count: int,
-    k: int,
+    counts: list[int],
     replace: bool,
     meta: dict,
     rows,
     payload: int | None,
 ) -> ImageTable:
     """One transaction, under an advisory lock on the name: a staging table, its buffers
-    (``rows(buffers)``, sent by COPY), the swap, the catalog row."""
+    (``rows(buffers)``, sent by COPY; shard k holds ``counts[k]`` images), the swap, the catalog
+    row."""
     backend = db.backend
     with db.begin() as conn:
         name = resolved_name(conn, name)
-        staging, keys, exists = begin_swap(conn, backend, name, k, replace)
-        buffers = plan_buffers(count, keys, meta["buffer_size"])
+        staging, keys, exists = begin_swap(conn, backend, name, len(counts), replace)
+        buffers = plan_buffers(sum(counts), keys, meta["buffer_size"], counts)
         total = None if payload is None else payload + COPY_ROW_OVERHEAD * len(buffers)
         _copy_buffers(conn, backend, staging, _copy_chunks(rows(buffers)), total, str(name))
-        counts = [sum(b.stop - b.start for b in buffers if b.key == key) for key in keys]
         finish_swap(
             conn, backend, name, staging, keys, exists, {**meta, "images_per_segment": counts}
         )

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from gpcnn import cli, experiments, plots
+from gpcnn import cli, experiments, models, plots
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +188,7 @@ def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, engine,
 
     keras = segment.keras_module()
     keras.utils.set_random_seed(spec.seed)
-    model = experiments.small_cnn()
+    model = models.small_cnn()
     model.compile(
         optimizer=keras.optimizers.SGD(spec.learning_rate),
         loss="sparse_categorical_crossentropy",

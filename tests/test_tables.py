@@ -927,3 +927,50 @@ def test_an_image_folder_loads_chunk_by_chunk(engine, schema, tmp_path, capsys):
     assert cli.main(argv) == 0
     assert "7 images 4x4x1" in capsys.readouterr().out
     assert describe(engine, f"{IMG}.folder_cli").class_names == ("a", "b")
+
+
+# -- skewed segments ------------------------------------------------------------------------------
+
+
+def test_iid_dealing_is_the_seeded_permutation_in_equal_shards():
+    y = np.arange(50) % 5
+    order, counts = tables.deal(y, 3, seed=4)
+    np.testing.assert_array_equal(order, np.random.default_rng(4).permutation(50))
+    assert counts == [17, 17, 16]
+
+
+def test_label_skew_splits_each_class_by_dirichlet_proportions():
+    y = np.repeat(np.arange(10), 100)
+    order, counts = tables.deal(y, 4, seed=1, distribution="label-skew", skew=0.1)
+    assert sorted(order.tolist()) == list(range(1000)) and sum(counts) == 1000
+    mixes = np.array(tables.class_counts(y, order, counts, 10))
+    assert mixes.sum(axis=0).tolist() == [100] * 10  # every image of every class, once
+    assert (mixes.max(axis=0) >= 50).mean() >= 0.8  # alpha 0.1: most classes mostly on one
+    again, _ = tables.deal(y, 4, seed=1, distribution="label-skew", skew=0.1)
+    np.testing.assert_array_equal(order, again)  # reproducible from the seed
+    _, even = tables.deal(y, 4, seed=1, distribution="label-skew", skew=1000.0)
+    assert max(even) - min(even) < 40  # alpha large: close to IID
+    with pytest.raises(TableError, match="without images"):
+        tables.deal(np.zeros(20, int), 6, seed=0, distribution="label-skew", skew=0.01)
+    with pytest.raises(TableError, match="skew = alpha > 0"):
+        tables.deal(y, 4, seed=1, distribution="label-skew", skew=0)
+    with pytest.raises(TableError, match="applies to distribution='label-skew' only"):
+        tables.deal(y, 4, seed=1, skew=0.5)
+    with pytest.raises(TableError, match="choose one of iid, label-skew"):
+        tables.deal(y, 4, seed=1, distribution="dirichlet")
+
+
+def test_the_catalog_records_the_distribution_and_each_segments_class_mix(engine, schema):
+    x, y = _random(300, seed=8)
+    info = _load(engine, schema, f"{IMG}.skewed", x, y, segments=3, seed=2,
+                 distribution="label-skew", skew=0.5, buffer_size=40)  # fmt: skip
+    order, counts = tables.deal(y.astype(np.int32), 3, 2, "label-skew", 0.5)
+    assert info.distribution == "label-skew" and info.skew == 0.5
+    assert list(info.images_per_segment) == counts and len(set(counts)) > 1
+    assert [list(m) for m in info.class_counts] == tables.class_counts(y, order, counts, 10)
+    rx, _, rids = read_images(engine, f"{IMG}.skewed", ids=True)
+    np.testing.assert_array_equal(rids, order)  # shard after shard, in dealing order
+    np.testing.assert_array_equal(rx[..., 0], x[order])
+    plain = _load(engine, schema, f"{IMG}.plain", x, y, segments=3)
+    assert plain.distribution == "iid" and plain.skew is None
+    assert np.array(plain.class_counts).sum() == 300

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from .base import Backend
 
-SHAPE_VERSION = 3
+SHAPE_VERSION = 4
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed")
 RESUMABLE = ("running", "failed")  # a run that stopped on purpose is never continued by itself
 
@@ -71,6 +71,11 @@ def tables(schema: str) -> Tables:
         sa.Column("gpcnn_version", sa.Text, nullable=False),
         # the image table's own layout: 1 (gpcnn 0.1) has no ids column
         sa.Column("layout", sa.Integer, nullable=False, server_default="1"),
+        # how images were dealt: "iid" or "label-skew" with its Dirichlet alpha; images per
+        # segment and class, flattened segment by segment (NULL when not known)
+        sa.Column("distribution", sa.Text, nullable=False, server_default="iid"),
+        sa.Column("skew", sa.Float),
+        sa.Column("class_counts", sa.ARRAY(sa.BigInteger)),
     )
     runs = sa.Table(
         "runs",
@@ -204,8 +209,18 @@ def _migrate_2_to_3(conn: sa.Connection, backend: Backend, result_key) -> None:
         )
 
 
+def _migrate_3_to_4(conn: sa.Connection, backend: Backend, result_key) -> None:
+    """Image tables record how their images were dealt; earlier tables were all IID."""
+    if "distribution" not in _columns(conn, backend, "image_tables"):
+        conn.exec_driver_sql(
+            f"ALTER TABLE {backend.qschema}.image_tables "
+            "ADD COLUMN distribution text NOT NULL DEFAULT 'iid', "
+            "ADD COLUMN skew double precision, ADD COLUMN class_counts bigint[]"
+        )
+
+
 # MIGRATIONS[i] takes shape i + 1 to shape i + 2.
-MIGRATIONS = (_migrate_1_to_2, _migrate_2_to_3)
+MIGRATIONS = (_migrate_1_to_2, _migrate_2_to_3, _migrate_3_to_4)
 
 
 def _columns(conn: sa.Connection, backend: Backend, table: str) -> set[str]:

@@ -93,7 +93,7 @@ FUNCTIONS = (
     ),
     Function(
         "pixel_bytes",
-        (("pixels", "double precision[]"), ("normalized", "boolean")),
+        (("pixels", "double precision[]"), ("normalized", "boolean")),  # any number of dims
         "bytea",
         "segment.pixel_bytes(pixels, normalized)",
         strict=True,

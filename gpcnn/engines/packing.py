@@ -94,14 +94,15 @@ class SourceQueries:
         dealt (``:order`` lists the positions by rank) into buffer ``:buffer_of[rank]``, and
         ``:buffers`` gives each buffer's key and id."""
         s = text_safe(self.backend.qschema)
-        pixels = (
-            f"{s}.pixel_bytes(CAST(r.x AS double precision[]), :normalized)"
+        pixels = (  # arrays: one call per buffer on the buffer's images as an N×L array
+            f"{s}.pixel_bytes(array_agg(CAST(r.x AS double precision[]) ORDER BY p.rank), "
+            ":normalized)"
             if self.is_array
-            else "r.x"
+            else "string_agg(r.x, ''::bytea ORDER BY p.rank)"
         )
         return (
             f"INSERT INTO {text_safe(target_sql)} (__dist_key__, buffer_id, n, x, y, ids) "
-            f"SELECT b.key, b.buffer_id, count(*), string_agg({pixels}, ''::bytea ORDER BY p.rank), "
+            f"SELECT b.key, b.buffer_id, count(*), {pixels}, "
             f"{s}.little_endian(array_agg(CAST(array_position(CAST(:values AS text[]), "
             "CAST(r.y AS text)) - 1 AS bigint) ORDER BY p.rank), 4), "
             f"{s}.little_endian(array_agg(CAST(r.id AS bigint) ORDER BY p.rank), 8) "
