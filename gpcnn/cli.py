@@ -9,6 +9,9 @@ from pathlib import Path
 
 from . import embedded
 from .datasets import DATASET_NAMES, load_by_name
+from .estimator import OPTIMIZER_STATES
+from .experiments import RULES
+from .models import MODELS, OPTIMIZERS
 
 
 def _db(args: argparse.Namespace):
@@ -190,12 +193,16 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
         epochs,
         learning_rate=args.learning_rate,
         batch_size=args.batch_size,
-        seed=args.seed,
+        seeds=args.seeds,
+        skews=args.skew,
+        optimizer_states=args.optimizer_state,
         model=args.model,
+        optimizer=args.optimizer,
         shuffle=args.shuffle,
+        scale_lr=args.scale_lr,
     )
     print(f"convergence study: {len(specs)} runs into {args.out}/")
-    run_study(db, specs, args.out, path=getattr(args, "path", None))
+    run_study(db, specs, args.out, path=getattr(args, "path", None), target=args.target)
     out = Path(args.out).resolve()
     print(f"history: {out / 'history.csv'}\nreport:  {out / 'report.md'}")
     print("figures:\n" + "\n".join(f"  {p}" for p in sorted(out.glob("*.png"))))
@@ -206,9 +213,9 @@ def cmd_converge(args: argparse.Namespace) -> int:
     return _study(
         args,
         args.dataset,
-        _ints(args.segments),
-        args.merge.split(","),
-        _ints(args.merges_per_epoch),
+        args.segments,
+        args.merge,
+        args.merges_per_epoch,
         args.iterations,
     )
 
@@ -227,8 +234,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
-def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers separated by commas, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _skews(text: str) -> list[float | None]:
+    values: list[float | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            values.append(None if part == "iid" else float(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: iid or a Dirichlet alpha > 0") from None
+        if values[-1] is not None and not values[-1] > 0:
+            raise argparse.ArgumentTypeError(f"{part!r}: a Dirichlet alpha must be > 0")
+    return values
+
+
+def _choices(allowed):
+    def parse(text: str) -> list[str]:
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        bad = [v for v in values if v not in allowed]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(allowed)}")
+        return values
+
+    return parse
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -314,10 +352,29 @@ def build_parser() -> argparse.ArgumentParser:
             default=iterations,
             help="iterations at one merge per epoch (= epochs of data per run)",
         )
-        p.add_argument("--model", default="small-cnn", choices=["small-cnn"])
+        p.add_argument("--model", default="small-cnn", choices=list(MODELS))
+        p.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZERS))
+        p.add_argument(
+            "--optimizer-state",
+            type=_choices(OPTIMIZER_STATES),
+            default=["reset"],
+            help="policies, comma-separated: reset,local,average",
+        )
         p.add_argument("--learning-rate", type=float, default=0.05)
+        p.add_argument(
+            "--scale-lr", action="store_true", help="learning rate x K (the linear scaling rule)"
+        )
         p.add_argument("--batch-size", type=int, default=32)
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument(
+            "--seeds", type=_int_list, default=[0], help="seeds, comma-separated, e.g. 0,1,2"
+        )
+        p.add_argument(
+            "--skew",
+            type=_skews,
+            default=[None],
+            help="segments' label skew, comma-separated: iid or a Dirichlet alpha, e.g. iid,1,0.1",
+        )
+        p.add_argument("--target", type=float, help="report epochs to this validation accuracy")
         p.add_argument(
             "--shuffle",
             action="store_true",
@@ -330,13 +387,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     converge.add_argument("--dataset", required=True, choices=DATASET_NAMES)
     converge.add_argument("--path", help="file or folder of the dataset (default per dataset)")
-    converge.add_argument("--segments", default="1,2,4,8", help="K values, comma-separated")
+    converge.add_argument(
+        "--segments", type=_int_list, default="1,2,4,8", help="K values, comma-separated"
+    )
     converge.add_argument(
         "--merge",
-        default="single,none,average,bmuf,easgd,sync",
-        help="rules, comma-separated: single,none,average,bmuf,easgd,sync",
+        type=_choices(RULES),
+        default=",".join(RULES),
+        help=f"rules, comma-separated: {','.join(RULES)}",
     )
-    converge.add_argument("--merges-per-epoch", default="1", help="comma-separated, e.g. 1,4")
+    converge.add_argument(
+        "--merges-per-epoch", type=_int_list, default="1", help="comma-separated, e.g. 1,4"
+    )
     converge.set_defaults(func=cmd_converge)
 
     demo = with_study(

@@ -402,7 +402,10 @@ class GreenplumCNN(BaseEstimator):
         """The parameters as JSON-able values, as stored with each run (the model apart)."""
         params = {k: v for k, v in self.get_params(deep=False).items() if k != "model"}
         if not isinstance(params["optimizer"], str):
-            params["optimizer"] = segment.keras_module().optimizers.serialize(params["optimizer"])
+            serialized = segment.keras_module().optimizers.serialize(params["optimizer"])
+            # Keras numbers the names of new optimizers (sgd, sgd_1, ...): not a parameter
+            serialized["config"].pop("name", None)
+            params["optimizer"] = serialized
         if isinstance(params["database"], Database):
             params["database"] = params["database"].url.render_as_string(hide_password=True)
         params["metrics"] = list(params["metrics"])

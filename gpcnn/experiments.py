@@ -13,7 +13,6 @@ one merge per epoch; a run with M merges per epoch runs N·M iterations, so all 
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 from collections.abc import Sequence
@@ -22,19 +21,21 @@ from pathlib import Path
 
 import numpy as np
 
-from . import datasets, runs, segment
+from . import datasets, report, runs, segment
 from . import weights as wire
 from .engines import Database
 from .estimator import GreenplumCNN
-from .models import MODELS
+from .models import MODELS, OPTIMIZERS, optimizer
 from .tables import TableError, describe, load_images, read_images
 
 RULES = ("single", "none", "average", "bmuf", "easgd", "sync")
-REPORT_ITERATIONS = (1, 5, 10, 20)
 
 
 @dataclass(frozen=True)
 class RunSpec:
+    """One run of the study. ``skew`` is label-skew's Dirichlet alpha (None: IID segments);
+    ``scale_lr`` multiplies the learning rate by K (the linear scaling rule)."""
+
     dataset: str
     merge: str
     segments: int
@@ -45,11 +46,32 @@ class RunSpec:
     batch_size: int = 32
     seed: int = 0
     shuffle: bool = False
+    optimizer: str = "sgd"
+    optimizer_state: str = "reset"
+    skew: float | None = None
+    scale_lr: bool = False
+
+    @property
+    def setting(self) -> str:
+        """The name without the seed: runs of one setting differ only by their seed."""
+        name = f"{self.dataset}-{self.merge}-k{self.segments}-m{self.merges_per_epoch}"
+        extras = [
+            "shuffled" if self.shuffle else "",
+            self.model if self.model != "small-cnn" else "",
+            self.optimizer if self.optimizer != "sgd" else "",
+            f"os-{self.optimizer_state}" if self.optimizer_state != "reset" else "",
+            f"skew{self.skew:g}" if self.skew is not None else "",
+            "lrxk" if self.scale_lr else "",
+        ]
+        return "-".join([name, *(e for e in extras if e)])
 
     @property
     def name(self) -> str:
-        name = f"{self.dataset}-{self.merge}-k{self.segments}-m{self.merges_per_epoch}"
-        return name + "-shuffled" if self.shuffle else name
+        return self.setting if self.seed == 0 else f"{self.setting}-s{self.seed}"
+
+    @property
+    def effective_learning_rate(self) -> float:
+        return self.learning_rate * (self.segments if self.scale_lr else 1)
 
 
 def plan(
@@ -58,18 +80,48 @@ def plan(
     rules: Sequence[str],
     merges_per_epoch: Sequence[int],
     epochs: int,
+    *,
+    seeds: Sequence[int] = (0,),
+    skews: Sequence[float | None] = (None,),
+    optimizer_states: Sequence[str] = ("reset",),
     **common,
 ) -> list[RunSpec]:
-    """Every combination: ``single`` once per merge frequency (it has one worker), the other rules
-    for each K > 1 (with one segment they all are ``single``)."""
+    """Every combination, per seed: ``single`` once per merge frequency (it has one worker, so
+    no skew and no optimizer-state policy), the other rules for each K > 1 (with one segment they
+    all are ``single``), each skew and optimizer-state policy."""
     unknown = set(rules) - set(RULES)
     if unknown:
         raise ValueError(f"unknown rules {sorted(unknown)}: choose from {', '.join(RULES)}")
+    if common.get("model", "small-cnn") not in MODELS:
+        raise ValueError(f"model {common['model']!r}: choose one of {', '.join(MODELS)}")
+    if common.get("optimizer", "sgd") not in OPTIMIZERS:
+        raise ValueError(f"optimizer {common['optimizer']!r}: one of {', '.join(OPTIMIZERS)}")
+    for skew in skews:
+        if skew is not None and not skew > 0:
+            raise ValueError(f"skew {skew}: a Dirichlet alpha > 0 (or iid)")
     specs = []
-    for m in merges_per_epoch:
-        for rule in rules:
-            for k in [1] if rule == "single" else [k for k in segments if k > 1]:
-                specs.append(RunSpec(dataset, rule, k, m, epochs * m, **common))
+    for seed in seeds:
+        for m in merges_per_epoch:
+            for rule in rules:
+                if rule == "single":
+                    specs.append(RunSpec(dataset, rule, 1, m, epochs * m, seed=seed, **common))
+                    continue
+                for k in (k for k in segments if k > 1):
+                    for skew in skews:
+                        for state in optimizer_states if rule != "sync" else ("reset",):
+                            specs.append(
+                                RunSpec(
+                                    dataset,
+                                    rule,
+                                    k,
+                                    m,
+                                    epochs * m,
+                                    seed=seed,
+                                    skew=skew,
+                                    optimizer_state=state,
+                                    **common,
+                                )
+                            )
     return list(dict.fromkeys(specs))
 
 
@@ -96,11 +148,18 @@ def configure_logical_cpus(count: int) -> None:
 
 
 def _tables(db: Database, spec: RunSpec, path, data_cache: dict) -> tuple[str, str]:
-    """The study's image tables for this dataset and K (in schema ``<gpcnn schema>_images``),
-    loaded once and reused."""
+    """The study's image tables for this dataset, K, seed and skew (in schema
+    ``<gpcnn schema>_images``), loaded once and reused."""
     prefix = f"{db.schema}_images.{spec.dataset.replace('-', '_')}"
-    train, test = f"{prefix}_k{spec.segments}_train", f"{prefix}_test"
+    train = f"{prefix}_k{spec.segments}"
+    if spec.skew is not None:
+        train += f"_skew{spec.skew:g}".replace(".", "_")
+    if spec.seed:
+        train += f"_s{spec.seed}"
+    train, test = f"{train}_train", f"{prefix}_test"
     source = f"{spec.dataset} seed={spec.seed} (study)"
+    if spec.skew is not None:
+        source += f" label-skew alpha={spec.skew:g}"
     for table, k, split in ((train, spec.segments, "train"), (test, 2, "test")):
         try:
             info = describe(db, table)
@@ -112,12 +171,15 @@ def _tables(db: Database, spec: RunSpec, path, data_cache: dict) -> tuple[str, s
             data_cache[spec.dataset] = datasets.load_by_name(spec.dataset, path)[0]
         d = data_cache[spec.dataset]
         x, y = (d.x_train, d.y_train) if split == "train" else (d.x_test, d.y_test)
+        skewed = split == "train" and spec.skew is not None
         load_images(
             db,
             table,
             x,
             y,
             segments=k,
+            distribution="label-skew" if skewed else "iid",
+            skew=spec.skew if skewed else None,
             class_names=d.class_names,
             seed=spec.seed,
             replace=True,
@@ -159,7 +221,9 @@ def run_one(
     else:
         est = GreenplumCNN(
             model,
-            learning_rate=spec.learning_rate,
+            optimizer=optimizer(spec.optimizer, spec.effective_learning_rate),
+            optimizer_state=spec.optimizer_state,
+            learning_rate=spec.effective_learning_rate,
             batch_size=spec.batch_size,
             shuffle=spec.shuffle,
             iterations=spec.iterations,
@@ -173,7 +237,13 @@ def run_one(
         with est:
             est.fit(train, resume=runs.find_unfinished(db, train, est.stored_params()))
         history = est.history_
-    done.write_text(json.dumps({"spec": asdict(spec), "history": history}, indent=1))
+    segments = {
+        "images_per_segment": list(info.images_per_segment),
+        "class_counts": info.class_counts,
+    }
+    done.write_text(
+        json.dumps({"spec": asdict(spec), "segments": segments, "history": history}, indent=1)
+    )
     return history
 
 
@@ -212,7 +282,7 @@ def _run_sync(
         replica = keras.models.model_from_json(model_json)
         wire.set_model_weights(replica, weights)
         replica.compile(
-            optimizer=keras.optimizers.SGD(spec.learning_rate),
+            optimizer=optimizer(spec.optimizer, spec.effective_learning_rate),
             loss="sparse_categorical_crossentropy",
             metrics=["accuracy"],
         )
@@ -255,9 +325,10 @@ def run_study(
     *,
     path=None,
     progress: bool = True,
+    target: float | None = None,
 ) -> list[dict]:
     """Run (or reuse) every spec, then write history.csv, the figures and report.md over all the
-    finished runs in ``out``."""
+    finished runs in ``out`` (with epochs to ``target`` validation accuracy, if given)."""
     from tqdm.auto import tqdm
 
     out = Path(out)
@@ -266,120 +337,18 @@ def run_study(
     for spec in bar:
         bar.set_postfix_str(spec.name)
         run_one(db, spec, out, path=path, data_cache=cache, progress=progress)
-    return write_outputs(out)
+    return write_outputs(out, target)
 
 
-def write_outputs(out: str | Path) -> list[dict]:
+def write_outputs(out: str | Path, target: float | None = None) -> list[dict]:
     """history.csv, the figures and report.md over every finished run in ``out``; no database
     needed, so figures can be redrawn from the stored runs."""
     from . import plots
 
     out = Path(out)
-    rows = collect(out)
-    write_csv(rows, out / "history.csv")
+    rows = report.collect(out, RULES)
+    report.write_csv(rows, out / "history.csv")
     plots.write_figures(rows, out, RULES)
-    (out / "report.md").write_text(report(rows))
+    text = report.report(rows, target, report.collect_segments(out))
+    (out / "report.md").write_text(text)
     return rows
-
-
-def collect(out: str | Path) -> list[dict]:
-    """History rows of every finished run in ``out`` (a study may be run in parts)."""
-    rows = []
-    for path in sorted(Path(out, "runs").glob("*.json")):
-        done = json.loads(path.read_text())
-        spec = RunSpec(**done["spec"])
-        rows += [{**asdict(spec), "run": spec.name, **row} for row in done["history"]]
-    order = {rule: i for i, rule in enumerate(RULES)}
-    return sorted(
-        rows,
-        key=lambda r: (
-            r["dataset"],
-            r["merges_per_epoch"],
-            order[r["merge"]],
-            r["segments"],
-            r["iteration"],
-        ),
-    )
-
-
-# -- outputs ------------------------------------------------------------------------------------
-
-CSV_FIRST = (
-    "run",
-    "dataset",
-    "merge",
-    "segments",
-    "merges_per_epoch",
-    "iteration",
-    "epoch",
-    "loss",
-    "accuracy",
-    "val_loss",
-    "val_accuracy",
-    "images",
-    "seconds",
-    "db_seconds",
-)
-
-
-def write_csv(rows: Sequence[dict], path: Path) -> None:
-    extra = sorted({k for row in rows for k in row} - set(CSV_FIRST))
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*CSV_FIRST, *extra], restval="")
-        writer.writeheader()
-        writer.writerows(rows)
-
-
-def read_csv(path: Path) -> list[dict]:
-    def value(key: str, text: str):
-        if key in ("run", "dataset", "merge", "model"):
-            return text
-        if key == "shuffle":
-            return text == "True"
-        return float(text) if text != "" else None
-
-    with open(path, newline="") as f:
-        return [{k: value(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
-
-
-def report(rows: Sequence[dict]) -> str:
-    """Validation accuracy and loss at iterations 1, 5, 10, 20 per run, and the gap to one worker."""
-    runs: dict[str, list[dict]] = {}
-    for row in rows:
-        runs.setdefault(row["run"], []).append(row)
-    lines = ["# Convergence study", ""]
-    for metric in ("val_accuracy", "val_loss"):
-        lines += [
-            f"## {metric}",
-            "",
-            "| run | " + " | ".join(f"it {i}" for i in REPORT_ITERATIONS) + " |",
-            "|---|" + "---|" * len(REPORT_ITERATIONS),
-        ]
-        for name, history in runs.items():
-            by_it = {int(r["iteration"]): r.get(metric) for r in history}
-            cells = [_cell(by_it.get(i)) for i in REPORT_ITERATIONS]
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-        lines.append("")
-    lines += [
-        "## Gap to one worker (val_accuracy − single's, at the same epoch)",
-        "",
-        "| run | " + " | ".join(f"it {i}" for i in REPORT_ITERATIONS) + " |",
-        "|---|" + "---|" * len(REPORT_ITERATIONS),
-    ]
-    for name, history in runs.items():
-        first = history[0]
-        single = runs.get(f"{first['dataset']}-single-k1-m{first['merges_per_epoch']}")
-        if single is None or first["merge"] == "single":
-            continue
-        base = {int(r["iteration"]): r.get("val_accuracy") for r in single}
-        mine = {int(r["iteration"]): r.get("val_accuracy") for r in history}
-        cells = [
-            _cell(mine[i] - base[i]) if mine.get(i) is not None and base.get(i) is not None else ""
-            for i in REPORT_ITERATIONS
-        ]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _cell(value) -> str:
-    return "" if value is None else f"{value:.4f}"

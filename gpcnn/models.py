@@ -89,10 +89,11 @@ def build(name: str, input_shape: Sequence[int] = (28, 28, 1), classes: int = 10
 OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
-def optimizer(name: str) -> str | Any:
-    """The estimator's ``optimizer`` for a study name: plain SGD, SGD with momentum 0.9, Adam."""
+def optimizer(name: str, learning_rate: float) -> Any:
+    """A study optimizer by name: plain SGD, SGD with momentum 0.9, or Adam."""
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
-    if name == "momentum":
-        return keras_module().optimizers.SGD(momentum=0.9)
-    return name
+    optimizers = keras_module().optimizers
+    if name == "adam":
+        return optimizers.Adam(learning_rate)
+    return optimizers.SGD(learning_rate, momentum=0.9 if name == "momentum" else 0.0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 from matplotlib.figure import Figure
 
 PANELS = (
@@ -20,66 +21,124 @@ PANELS = (
 )
 
 
-def _runs(rows: Sequence[dict]) -> dict[str, list[dict]]:
-    runs: dict[str, list[dict]] = {}
+def _settings(rows: Sequence[dict]) -> dict[str, list[list[dict]]]:
+    """Setting -> its runs' histories (one per seed), each in iteration order."""
+    grouped: dict[str, dict[str, list[dict]]] = {}
     for row in rows:
-        runs.setdefault(row["run"], []).append(row)
-    for history in runs.values():
-        history.sort(key=lambda r: r["iteration"])
-    return runs
+        setting = row.get("setting", row["run"])
+        grouped.setdefault(setting, {}).setdefault(row["run"], []).append(row)
+    return {
+        setting: [sorted(h, key=lambda r: r["iteration"]) for h in runs.values()]
+        for setting, runs in grouped.items()
+    }
 
 
-def _groups(runs: dict[str, list[dict]], rules: Sequence[str]) -> dict[str, list[str]]:
-    """Figure name -> the runs it compares (the issue's figures a–d), per dataset."""
-    meta = {name: history[0] for name, history in runs.items()}
+def _family(meta: dict) -> tuple[str, ...]:
+    """What a figure holds fixed besides the dataset: one worker has no skew and no optimizer
+    state policy, so it joins every family of its model, optimizer and order."""
+    common = (
+        meta.get("model", "small-cnn"),
+        meta.get("optimizer", "sgd"),
+        str(meta.get("shuffle")),
+    )
+    if meta["merge"] == "single":
+        return common
+    return (*common, meta.get("optimizer_state", "reset"), str(meta.get("skew")))
+
+
+def _family_name(family: tuple[str, ...]) -> str:
+    """What a figure's name adds for a family other than the default one."""
+    model, opt, shuffle, *rest = family
+    parts = [model if model != "small-cnn" else "", opt if opt != "sgd" else ""]
+    parts.append("shuffled" if shuffle == "True" else "")
+    if rest:
+        state, skew = rest
+        parts += [
+            f"os-{state}" if state != "reset" else "",
+            f"skew{skew}" if skew != "None" else "",
+        ]
+    return "".join(f"_{p}" for p in parts if p)
+
+
+def _groups(settings: dict[str, list[list[dict]]], rules: Sequence[str]) -> dict[str, list[str]]:
+    """Figure name -> the settings it compares (the issue's figures a–d), per dataset and family
+    (model, optimizer, order, optimizer-state policy, skew)."""
+    meta = {name: histories[0][0] for name, histories in settings.items()}
     groups: dict[str, list[str]] = {}
+    families = {_family(m) for m in meta.values() if m["merge"] != "single"}
     for dataset in sorted({m["dataset"] for m in meta.values()}):
-        mine = {n: m for n, m in meta.items() if m["dataset"] == dataset}
-        m1 = min(m["merges_per_epoch"] for m in mine.values())
-        at_m1 = {n: m for n, m in mine.items() if m["merges_per_epoch"] == m1}
-        ks = sorted({int(m["segments"]) for m in at_m1.values() if m["merge"] != "single"})
-        single = [n for n, m in at_m1.items() if m["merge"] == "single"]
-        for k in ks:
-            groups[f"{dataset}_merge_vs_nomerge_k{k}"] = single + [
-                n
-                for n, m in at_m1.items()
-                if m["segments"] == k and m["merge"] in ("none", "average")
-            ]
-        if ks:
-            k = min(ks, key=lambda v: abs(v - 4))
-            groups[f"{dataset}_rules_k{k}"] = single + [
-                n for n, m in at_m1.items() if m["segments"] == k and m["merge"] != "single"
-            ]
-            k_most = k
-        groups[f"{dataset}_average_by_k"] = single + sorted(
-            (n for n, m in at_m1.items() if m["merge"] == "average"),
-            key=lambda n: at_m1[n]["segments"],
-        )
-        if len({m["merges_per_epoch"] for m in mine.values()}) > 1 and ks:
-            groups[f"{dataset}_merges_per_epoch"] = sorted(
-                (n for n, m in mine.items() if m["merge"] == "single" or m["segments"] == k_most),
-                key=lambda n: (rules.index(mine[n]["merge"]), mine[n]["merges_per_epoch"]),
-            )
+        for family in sorted(families, key=str):
+            mine = {
+                n: m
+                for n, m in meta.items()
+                if m["dataset"] == dataset and _family(m) == family[: len(_family(m))]
+            }
+            if all(m["merge"] == "single" for m in mine.values()):
+                continue
+            _family_groups(groups, f"{dataset}{_family_name(family)}", mine, rules)
     return {name: members for name, members in groups.items() if members}
 
 
+def _family_groups(groups: dict, prefix: str, mine: dict[str, dict], rules: Sequence[str]) -> None:
+    m1 = min(m["merges_per_epoch"] for m in mine.values())
+    at_m1 = {n: m for n, m in mine.items() if m["merges_per_epoch"] == m1}
+    ks = sorted({int(m["segments"]) for m in at_m1.values() if m["merge"] != "single"})
+    single = [n for n, m in at_m1.items() if m["merge"] == "single"]
+    for k in ks:
+        groups[f"{prefix}_merge_vs_nomerge_k{k}"] = single + [
+            n for n, m in at_m1.items() if m["segments"] == k and m["merge"] in ("none", "average")
+        ]
+    if not ks:
+        return
+    k_most = min(ks, key=lambda v: abs(v - 4))
+    groups[f"{prefix}_rules_k{k_most}"] = single + [
+        n for n, m in at_m1.items() if m["segments"] == k_most and m["merge"] != "single"
+    ]
+    groups[f"{prefix}_average_by_k"] = single + sorted(
+        (n for n, m in at_m1.items() if m["merge"] == "average"),
+        key=lambda n: at_m1[n]["segments"],
+    )
+    if len({m["merges_per_epoch"] for m in mine.values()}) > 1:
+        groups[f"{prefix}_merges_per_epoch"] = sorted(
+            (n for n, m in mine.items() if m["merge"] == "single" or m["segments"] == k_most),
+            key=lambda n: (rules.index(mine[n]["merge"]), mine[n]["merges_per_epoch"]),
+        )
+
+
+def _series(histories: list[list[dict]], x: str, metric: str):
+    """x values, the mean over seeds, and the sd (None with one seed), where every seed has it."""
+    by_x: dict[float, list[float]] = {}
+    for history in histories:
+        for row in history:
+            if row.get(metric) is not None:
+                by_x.setdefault(row[x], []).append(row[metric])
+    xs = [v for v in sorted(by_x) if len(by_x[v]) == len(histories)]
+    means = np.array([np.mean(by_x[v]) for v in xs])
+    sds = np.array([np.std(by_x[v], ddof=1) for v in xs]) if len(histories) > 1 else None
+    return xs, means, sds
+
+
 def figures(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Figure]:
-    """Every figure, against iterations (``name``) and against epochs (``name_epochs``)."""
+    """Every figure, against iterations (``name``) and against epochs (``name_epochs``); a
+    setting run with several seeds is its mean with a band of ± one standard deviation."""
     rules = list(rules)
-    runs = _runs(rows)
+    settings = _settings(rows)
     out = {}
-    for name, members in _groups(runs, rules).items():
-        by_frequency = len({runs[n][0]["merges_per_epoch"] for n in members}) > 1
+    for name, members in _groups(settings, rules).items():
+        by_frequency = len({settings[n][0][0]["merges_per_epoch"] for n in members}) > 1
         for x, suffix in (("iteration", ""), ("epoch", "_epochs")):
             fig = Figure(figsize=(15, 4.2))
             axes = fig.subplots(1, len(PANELS))
             for ax, (metric, title) in zip(axes, PANELS, strict=True):
-                for run in members:
-                    points = [(r[x], r[metric]) for r in runs[run] if r.get(metric) is not None]
-                    if points:
-                        xs, ys = zip(*points, strict=True)
-                        style = _style(runs[run][0], by_frequency, rules)
-                        ax.plot(xs, ys, label=run, **style)
+                for setting in members:
+                    xs, means, sds = _series(settings[setting], x, metric)
+                    if not xs:
+                        continue
+                    style = _style(settings[setting][0][0], by_frequency, rules)
+                    (line,) = ax.plot(xs, means, label=setting, **style)
+                    if sds is not None:
+                        ax.fill_between(xs, means - sds, means + sds, color=line.get_color(),
+                                        alpha=0.2, linewidth=0)  # fmt: skip
                 ax.set_title(title)
                 ax.set_xlabel("epochs of data seen" if x == "epoch" else "iteration (merges)")
                 ax.grid(alpha=0.3)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from gpcnn import cli, experiments, models, plots
+from gpcnn import cli, experiments, models, plots, report
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def study(engine, schema, tmp_path_factory):
 
 def test_history_csv_has_a_row_per_run_and_iteration(study):
     out, _ = study
-    rows = experiments.read_csv(out / "history.csv")
+    rows = report.read_csv(out / "history.csv")
     assert sorted({r["run"] for r in rows}) == [
         "mnist-sample-average-k2-m1",
         "mnist-sample-none-k2-m1",
@@ -67,7 +67,7 @@ def test_history_csv_has_a_row_per_run_and_iteration(study):
 
 def test_report_tables_hold_the_csv_numbers(study):
     out, _ = study
-    rows = experiments.read_csv(out / "history.csv")
+    rows = report.read_csv(out / "history.csv")
     text = (out / "report.md").read_text()
     for row in rows:
         if row["iteration"] == 1:
@@ -77,7 +77,7 @@ def test_report_tables_hold_the_csv_numbers(study):
 
 def test_figures_plot_the_csv_series(study):
     out, _ = study
-    rows = experiments.read_csv(out / "history.csv")
+    rows = report.read_csv(out / "history.csv")
     figures = plots.figures(rows, experiments.RULES)
     assert set(figures) >= {
         "mnist-sample_merge_vs_nomerge_k2",
@@ -210,6 +210,86 @@ def test_shuffled_runs_have_their_own_names_and_read_back_from_the_csv(tmp_path)
     specs = experiments.plan("mnist-sample", [2], ["average"], [1], 1, shuffle=True)
     assert [s.name for s in specs] == ["mnist-sample-average-k2-m1-shuffled"]
     row = {"run": specs[0].name, "dataset": "mnist-sample", "merge": "average", "shuffle": True}
-    experiments.write_csv([row, {**row, "shuffle": False}], tmp_path / "history.csv")
-    back = experiments.read_csv(tmp_path / "history.csv")
+    report.write_csv([row, {**row, "shuffle": False}], tmp_path / "history.csv")
+    back = report.read_csv(tmp_path / "history.csv")
     assert [r["shuffle"] for r in back] == [True, False]
+
+
+def test_plan_runs_each_setting_per_seed_skew_and_optimizer_state():
+    specs = experiments.plan(
+        "d", [1, 4], ["single", "average", "sync"], [1], 3, seeds=[0, 1], skews=[None, 0.1],
+        optimizer_states=["reset", "local"], optimizer="momentum", model="bn-cnn",
+    )  # fmt: skip
+    names = {s.name for s in specs}
+    assert "d-single-k1-m1-bn-cnn-momentum" in names  # one worker: no skew, no state policy
+    assert "d-single-k1-m1-bn-cnn-momentum-s1" in names
+    assert "d-average-k4-m1-bn-cnn-momentum-os-local-skew0.1-s1" in names
+    assert not any("sync" in n and "os-local" in n for n in names)  # sync keeps no state policy
+    assert len(specs) == 2 * (1 + 2 * 2 + 2)
+    scaled = experiments.RunSpec("d", "sync", 4, 1, 1, learning_rate=0.05, scale_lr=True)
+    assert scaled.effective_learning_rate == pytest.approx(0.2) and scaled.name.endswith("-lrxk")
+    with pytest.raises(ValueError, match="model 'vgg'"):
+        experiments.plan("d", [2], ["average"], [1], 1, model="vgg")
+
+
+def _rows(setting: str, merge: str, seeds_accuracies: dict[int, list[float]], **meta):
+    rows = []
+    for seed, accuracies in seeds_accuracies.items():
+        for i, acc in enumerate(accuracies, start=1):
+            rows.append({
+                "run": setting if seed == 0 else f"{setting}-s{seed}", "setting": setting,
+                "dataset": "d", "merge": merge, "segments": 1 if merge == "single" else 4,
+                "merges_per_epoch": 1, "seed": seed, "iteration": i, "epoch": float(i),
+                "loss": 1.0 / i, "val_loss": 1.0 / i, "val_accuracy": acc, **meta,
+            })  # fmt: skip
+    return rows
+
+
+def test_report_gives_mean_sd_and_calls_a_difference_real_only_beyond_two_standard_errors():
+    rows = (
+        _rows("d-single-k1-m1", "single", {0: [0.50, 0.80], 1: [0.52, 0.82], 2: [0.48, 0.81]})
+        + _rows("d-average-k4-m1", "average", {0: [0.40, 0.805], 1: [0.42, 0.815], 2: [0.38, 0.80]})
+        + _rows("d-bmuf-k4-m1", "bmuf", {0: [0.30, 0.70]})
+    )
+    text = report.report(rows, target=0.8)
+    line = next(ln for ln in text.splitlines() if ln.startswith("| d-average-k4-m1 | 3 |"))
+    assert "0.4000 ± 0.0200" in line  # epoch 1: mean ± sample sd over three seeds
+    gap = [ln for ln in text.splitlines() if ln.startswith("| d-average-k4-m1 |")][-2]
+    assert "-0.1000 ± 0.0327 (real)" in gap  # epoch 1: 0.1 > 2 * sqrt(2 * 0.02**2 / 3)
+    assert "(within noise)" in gap  # epoch 2: 0.8067 vs 0.81
+    assert "one seed: no error bar" in text
+    assert "| d-average-k4-m1 | 3 of 3 | 2.0000 ± 0.0000 |" in text
+    assert "| d-bmuf-k4-m1 | 0 of 1 |" in text
+    diff, se, verdict = report.difference([1.0, 1.2], [0.0, 0.2])
+    assert (diff, verdict) == (pytest.approx(1.0), "real") and se == pytest.approx(0.1414, 1e-3)
+
+
+def test_figures_show_each_setting_as_its_mean_with_a_band_over_seeds():
+    rows = _rows("d-single-k1-m1", "single", {0: [0.5, 0.7], 1: [0.7, 0.9]}) + _rows(
+        "d-average-k4-m1", "average", {0: [0.4, 0.6]}
+    )
+    fig = plots.figures(rows, experiments.RULES)["d_merge_vs_nomerge_k4"]
+    ax = fig.axes[2]  # validation accuracy
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert set(lines) == {"d-single-k1-m1", "d-average-k4-m1"}
+    np.testing.assert_allclose(lines["d-single-k1-m1"].get_ydata(), [0.6, 0.8])
+    assert len(ax.collections) == 1  # one band: only one worker ran with several seeds
+
+
+def test_a_study_with_seeds_skew_and_momentum_end_to_end(engine, schema, tmp_path):
+    if engine.dispatch:
+        pytest.skip("the study's bookkeeping is the same in both dispatch modes")
+    url = engine.url.render_as_string(hide_password=False)
+    argv = ["converge", "--dataset", "mnist-sample", "--segments", "2", "--merge",
+            "single,average", "--seeds", "0,1", "--skew", "0.5", "--optimizer", "momentum",
+            "--optimizer-state", "local", "--learning-rate", "0.02", "--iterations", "1",
+            "--target", "0.2", "--out", str(tmp_path), "--database", url, "--schema", schema]  # fmt: skip
+    assert cli.main(argv) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "| mnist-sample-average-k2-m1-momentum-os-local-skew0.5 | 2 |" in text
+    assert "± " in text and "segment 1:" in text
+    from gpcnn.tables import describe
+
+    info = describe(engine, f"{schema}_images.mnist_sample_k2_skew0_5_s1_train")
+    assert info.distribution == "label-skew" and info.skew == 0.5
+    assert sum(info.images_per_segment) == 4000 and len(set(info.images_per_segment)) == 2

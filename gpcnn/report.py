@@ -1,0 +1,257 @@
+"""A study's outputs from its finished runs: history rows, the CSV, and report.md with mean ± sd
+over seeds and the rule that says which differences are real.
+
+A difference between two settings (means over their seeds) is called **real** only when it exceeds
+twice the standard error of the difference of the means, sqrt(sd_a²/n_a + sd_b²/n_b); otherwise the
+report says it is within noise, and with a single seed on either side that there is no error bar.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+REPORT_EPOCHS = (1, 5, 10, 15, 20)
+
+CSV_FIRST = (
+    "run",
+    "setting",
+    "dataset",
+    "merge",
+    "segments",
+    "merges_per_epoch",
+    "seed",
+    "iteration",
+    "epoch",
+    "loss",
+    "accuracy",
+    "val_loss",
+    "val_accuracy",
+    "images",
+    "seconds",
+    "db_seconds",
+)
+TEXT_COLUMNS = ("run", "setting", "dataset", "merge", "model", "optimizer", "optimizer_state")
+
+
+def collect(out: str | Path, rules: Sequence[str]) -> list[dict]:
+    """History rows of every finished run in ``out`` (a study may be run in parts), ordered by
+    dataset, merge frequency, rule (in ``rules``' order), K, seed, iteration."""
+    from .experiments import RunSpec
+
+    rows = []
+    for path in sorted(Path(out, "runs").glob("*.json")):
+        done = json.loads(path.read_text())
+        spec = RunSpec(**done["spec"])
+        meta = {**asdict(spec), "run": spec.name, "setting": spec.setting}
+        rows += [{**meta, **row} for row in done["history"]]
+    order = {rule: i for i, rule in enumerate(rules)}
+    return sorted(
+        rows,
+        key=lambda r: (
+            r["dataset"],
+            r["merges_per_epoch"],
+            order[r["merge"]],
+            r["segments"],
+            r["setting"],
+            r["seed"],
+            r["iteration"],
+        ),
+    )
+
+
+def collect_segments(out: str | Path) -> dict[str, dict]:
+    """Setting -> its training table's images per segment and class mixes (seed 0's, else the
+    first seed's), from the run files."""
+    from .experiments import RunSpec
+
+    found: dict[str, dict] = {}
+    for path in sorted(Path(out, "runs").glob("*.json")):
+        done = json.loads(path.read_text())
+        spec = RunSpec(**done["spec"])
+        if "segments" in done and (spec.seed == 0 or spec.setting not in found):
+            found[spec.setting] = done["segments"]
+    return found
+
+
+def write_csv(rows: Sequence[dict], path: Path) -> None:
+    extra = sorted({k for row in rows for k in row} - set(CSV_FIRST))
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*CSV_FIRST, *extra], restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_csv(path: Path) -> list[dict]:
+    def value(key: str, text: str):
+        if key in TEXT_COLUMNS:
+            return text
+        if key in ("shuffle", "scale_lr"):
+            return text == "True"
+        return float(text) if text != "" else None
+
+    with open(path, newline="") as f:
+        return [{k: value(k, v) for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+# -- statistics -----------------------------------------------------------------------------------
+
+
+def settings(rows: Sequence[dict]) -> dict[str, list[list[dict]]]:
+    """Setting -> one history per seed, in the rows' order."""
+    runs: dict[str, list[dict]] = {}
+    for row in rows:
+        runs.setdefault(row["run"], []).append(row)
+    grouped: dict[str, list[list[dict]]] = {}
+    for history in runs.values():
+        grouped.setdefault(history[0].get("setting", history[0]["run"]), []).append(history)
+    return grouped
+
+
+def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
+    """Mean and sample standard deviation (None for one value)."""
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def at_epoch(history: Sequence[dict], epoch: float, metric: str) -> float | None:
+    for row in history:
+        if math.isclose(row["epoch"], epoch) and row.get(metric) is not None:
+            return row[metric]
+    return None
+
+
+def epochs_to(history: Sequence[dict], target: float) -> float | None:
+    """The first epoch at which validation accuracy reached ``target`` (None: never)."""
+    return next(
+        (r["epoch"] for r in history if (r.get("val_accuracy") or 0) >= target),
+        None,
+    )
+
+
+def difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float | None, str]:
+    """mean(a) − mean(b), the standard error of that difference, and the verdict."""
+    (ma, sa), (mb, sb) = mean_sd(a), mean_sd(b)
+    if sa is None or sb is None:
+        return ma - mb, None, "one seed: no error bar"
+    se = math.sqrt(sa**2 / len(a) + sb**2 / len(b))
+    return ma - mb, se, "real" if abs(ma - mb) > 2 * se else "within noise"
+
+
+def _cell(values: Sequence[float]) -> str:
+    if not values:
+        return ""
+    mean, sd = mean_sd(values)
+    return f"{mean:.4f}" if sd is None else f"{mean:.4f} ± {sd:.4f}"
+
+
+# -- report.md ------------------------------------------------------------------------------------
+
+
+def report(
+    rows: Sequence[dict], target: float | None = None, segments: dict[str, dict] | None = None
+) -> str:
+    """Validation accuracy and loss per setting at epochs 1, 5, 10, 15, 20 and the last (mean ± sd
+    over seeds), each setting's gap to one worker with its verdict, epochs to ``target``, and the
+    segments (sizes and class mixes, from ``collect_segments``) of label-skewed settings."""
+    grouped = settings(rows)
+    last = max((r["epoch"] for r in rows), default=0)
+    epochs = [e for e in REPORT_EPOCHS if e < last] + [last]
+    header = "| setting | seeds | " + " | ".join(f"epoch {e:g}" for e in epochs) + " |"
+    rule = "|---|---|" + "---|" * len(epochs)
+    lines = ["# Convergence study", ""]
+    for metric in ("val_accuracy", "val_loss"):
+        lines += [f"## {metric} (mean ± sd over seeds)", "", header, rule]
+        for name, histories in grouped.items():
+            cells = [_values(histories, e, metric) for e in epochs]
+            lines.append(f"| {name} | {len(histories)} | " + " | ".join(map(_cell, cells)) + " |")
+        lines.append("")
+    lines += _gaps(grouped, epochs)
+    if target is not None:
+        lines += _targets(grouped, target)
+    skewed = {
+        name: segments[name]
+        for name, histories in grouped.items()
+        if histories[0][0].get("skew") is not None and name in (segments or {})
+    }
+    if skewed:
+        lines += _segments(skewed)
+    return "\n".join(lines) + "\n"
+
+
+def _segments(skewed: dict[str, dict]) -> list[str]:
+    lines = ["## Segments of label-skewed settings (images, and images per class)", ""]
+    for name, info in skewed.items():
+        lines.append(f"- {name}:")
+        mixes = info.get("class_counts") or [[] for _ in info["images_per_segment"]]
+        for k, (size, mix) in enumerate(zip(info["images_per_segment"], mixes, strict=True)):
+            lines.append(f"  - segment {k}: {size} images; per class {list(mix)}")
+    return [*lines, ""]
+
+
+def _values(histories, epoch: float, metric: str) -> list[float]:
+    found = (at_epoch(h, epoch, metric) for h in histories)
+    return [v for v in found if v is not None]
+
+
+def _single_of(name: str, histories, grouped) -> str | None:
+    first = histories[0][0]
+    if first["merge"] == "single":
+        return None
+    base = f"{first['dataset']}-single-k1-m{first['merges_per_epoch']}"
+    extras = [
+        "shuffled" if first.get("shuffle") else "",
+        first.get("model") if first.get("model", "small-cnn") != "small-cnn" else "",
+        first.get("optimizer") if first.get("optimizer", "sgd") != "sgd" else "",
+    ]
+    single = "-".join([base, *(e for e in extras if e)])
+    return single if single in grouped else None
+
+
+def _gaps(grouped, epochs) -> list[str]:
+    lines = [
+        "## Gap to one worker (val_accuracy − one worker's, at the same epoch)",
+        "",
+        "A gap is *real* only when it exceeds twice the standard error of the difference of the "
+        "means; otherwise it is within noise.",
+        "",
+        "| setting | " + " | ".join(f"epoch {e:g}" for e in epochs) + " |",
+        "|---|" + "---|" * len(epochs),
+    ]
+    for name, histories in grouped.items():
+        single = _single_of(name, histories, grouped)
+        if single is None:
+            continue
+        cells = []
+        for e in epochs:
+            mine, base = (
+                _values(histories, e, "val_accuracy"),
+                _values(grouped[single], e, "val_accuracy"),
+            )
+            if not mine or not base:
+                cells.append("")
+                continue
+            diff, se, verdict = difference(mine, base)
+            cells.append(
+                f"{diff:+.4f}" + ("" if se is None else f" ± {2 * se:.4f}") + f" ({verdict})"
+            )
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _targets(grouped, target: float) -> list[str]:
+    lines = [
+        f"## Epochs to {target:g} validation accuracy (mean ± sd over the seeds that reached it)",
+        "",
+        "| setting | reached | epochs |",
+        "|---|---|---|",
+    ]
+    for name, histories in grouped.items():
+        reached = [e for e in (epochs_to(h, target) for h in histories) if e is not None]
+        lines.append(f"| {name} | {len(reached)} of {len(histories)} | {_cell(reached)} |")
+    return [*lines, ""]
