@@ -83,7 +83,10 @@ class SessionPool:
 
     def _schedule(self) -> None:
         """A timer for the oldest idle session's timeout (the caller holds the lock)."""
-        if self._timer is None and self._idle:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._idle:
             delay = max(0.0, self._idle[0][0] + idle_timeout() - time.monotonic())
             self._timer = threading.Timer(delay, self._expire)
             self._timer.daemon = True
@@ -92,7 +95,6 @@ class SessionPool:
     def _expire(self) -> None:
         deadline = time.monotonic() - idle_timeout()
         with self._lock:
-            self._timer = None
             closing = [entry for entry in self._idle if entry[0] <= deadline]
             self._idle = self._idle[len(closing) :]
             self._schedule()
@@ -107,6 +109,7 @@ class SessionPool:
         with self._lock:
             closing = [entry for entry in self._idle if url is None or entry[1][0] == url]
             self._idle = [entry for entry in self._idle if entry not in closing]
+            self._schedule()
         _close(closing)
 
 
