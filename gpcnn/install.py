@@ -93,7 +93,7 @@ def install(db: Database | str | None = None) -> str:
                 f"{db.schema}`, then GRANT {roles.role_name(db.schema)} TO {db.url.username}"
             )
         ensure_plpython(conn)
-        conn.exec_driver_sql(backend.create_schema_ddl(db.schema))
+        backend.ensure_schema(conn, db.schema)
         sql.drop_existing(conn, db.schema)
         for statement in statements(db.schema):
             sql.run_ddl(conn, statement)
