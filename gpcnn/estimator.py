@@ -262,7 +262,7 @@ class GreenplumCNN(BaseEstimator):
                 wire.set_model_weights(self.model_, rule.model())
                 bar = self._progress_bar(first, last)
                 for iteration in range(first, last + 1):
-                    row = training.step(iteration)
+                    row = database_call(f"iteration {iteration}", training.step, iteration)
                     wire.set_model_weights(self.model_, rule.model())
                     self.history_.append(row)
                     if bar is not None:

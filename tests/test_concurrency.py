@@ -23,7 +23,7 @@ from gpcnn.tables import STAGING_SUFFIX, TableError, describe, load_images, read
 keras = segment.keras_module()
 
 DATA = "gpcnn_concurrency_test"
-CHILD = Path(__file__).parent / "children" / "fit.py"
+CHILD = [sys.executable, str(Path(__file__).parent / "children" / "fit.py")]
 
 
 def estimator(db) -> gpcnn.GreenplumCNN:
@@ -65,7 +65,7 @@ def test_fits_at_once_from_three_processes_equal_each_fit_alone(engine, tables, 
     jobs = [tables[0], tables[0], tables[1]]  # two on the same table, one on another
     children = [
         subprocess.Popen(
-            [sys.executable, str(CHILD), url, engine.schema, name, str(tmp_path / f"{i}.npy")],
+            [*CHILD, url, engine.schema, name, str(tmp_path / f"{i}.npy"), f"{__name__}:estimator"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

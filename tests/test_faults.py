@@ -87,8 +87,8 @@ def _training_pid(engine, info, key: int, timeout: float = 120) -> int:
     if engine.backend.partitioned:
         rows = engine.backend.partition(info.table, key).sql(engine.backend)
     deadline = time.monotonic() + timeout
-    with engine.connect() as conn:
-        while time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:  # a new transaction: pg_stat_activity is a snapshot
             pid = conn.execute(
                 sa.text(
                     "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
@@ -98,9 +98,9 @@ def _training_pid(engine, info, key: int, timeout: float = 120) -> int:
                 ),
                 {"name": f"gpcnn/{os.getpid()}", "rows": rows},
             ).scalar()
-            if pid is not None:
-                return pid
-            time.sleep(0.02)
+        if pid is not None:
+            return pid
+        time.sleep(0.02)
     raise AssertionError(f"no training statement of segment {key} within {timeout} s")
 
 

@@ -3,10 +3,12 @@ tests/test_concurrency.py): prints "ready" once TensorFlow is imported, fits whe
 on stdin, saves the merged weights to a .npy file and prints a JSON line with the run id and
 when the fit started and ended.
 
-Arguments: the database URL, gpcnn's schema, the image table, the output .npy path."""
+Arguments: the database URL, gpcnn's schema, the image table, the output .npy path, and the
+test module's function that makes the estimator from a database handle (``module:function``)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -22,9 +24,10 @@ from gpcnn import segment
 from gpcnn import weights as wire
 
 keras = segment.keras_module(threads=1)
-url, schema, table, out = sys.argv[1:5]
+url, schema, table, out, factory = sys.argv[1:6]
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from test_concurrency import estimator  # noqa: E402  (the parameters the test fits alone with)
+module, function = factory.split(":")
+estimator = getattr(importlib.import_module(module), function)  # the test's own parameters
 
 est = estimator(gpcnn.connect(url, schema=schema))
 print("ready", flush=True)
