@@ -198,7 +198,7 @@ class Training:
         if not np.isfinite(average).all():
             raise TrainingError(
                 f"iteration {iteration} produced non-finite weights (diverged): lower the "
-                f"learning rate; run {self.run_id} keeps iteration {iteration - 1}"
+                "learning rate"
             )
         self.rule.update(average, segments, dict(zip(self.info.keys, part.expected, strict=True)))
         model = self.rule.model()
