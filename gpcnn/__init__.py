@@ -2,7 +2,7 @@
 
 __version__ = "0.2.0"
 
-from .engines import Database, connect
+from .engines import Database, connect, release_sessions
 from .environment import check_environment
 from .estimator import GreenplumCNN, TrainingError
 from .install import install, uninstall
@@ -29,6 +29,7 @@ __all__ = [
     "load_images",
     "pack_table",
     "read_images",
+    "release_sessions",
     "show_run",
     "uninstall",
 ]

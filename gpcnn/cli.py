@@ -46,9 +46,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
+    from .engines.roles import role_name
     from .install import install
 
     print(f"installed gpcnn {install(_db(args))} into schema {args.schema!r}")
+    print(f"ordinary users run it once granted the role: GRANT {role_name(args.schema)} TO <user>")
     return 0
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,11 @@ from . import merge, runs, segment
 from . import weights as wire
 from .engines import Database, connect
 from .engines.sessions import SegmentSessions
+from .errors import TrainingError, database_call
 from .install import ensure_installed
 from .predictions import write_predictions
 from .tables import ImageTable, TableName, describe
-from .training import Training, TrainingError, evaluate_table, plan_slices
+from .training import Training, evaluate_table, plan_slices
 
 PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
 
@@ -236,45 +237,47 @@ class GreenplumCNN(BaseEstimator):
         self.class_names_ = info.class_names
         self._model_json, self._options = model_json, options
         self._validation_model = None
-        training = Training(
-            db=db,
-            sessions=self._ensure_sessions(),
-            info=info,
-            run_id=run_id,
-            model_json=model_json,
-            options=options,
-            manifest=manifest,
-            rule=rule,
-            slices=slices,
-            local_epochs=int(self.local_epochs),
-            evaluate=lambda weights: self._validation(validation, weights),
-        )
-        if stored is not None:
-            training.restore(stored)
-        else:
-            training.start(wire.flatten(start.get_weights()))
-        wire.set_model_weights(self.model_, rule.model())
-
         first = len(history) + 1
         last = (len(history) + self.iterations) if resume is None else self.iterations
-        bar = self._progress_bar(first, last)
-        if resume is not None:
-            runs.set_status(db, run_id, "running")
-        try:
-            for iteration in range(first, last + 1):
-                row = training.step(iteration)
+        with self._holding_sessions() as sessions:
+            training = Training(
+                db=db,
+                sessions=sessions,
+                info=info,
+                run_id=run_id,
+                model_json=model_json,
+                options=options,
+                manifest=manifest,
+                rule=rule,
+                slices=slices,
+                local_epochs=int(self.local_epochs),
+                evaluate=lambda weights: self._validation(validation, weights),
+            )
+            bar = None
+            try:
+                if stored is not None:
+                    training.restore(stored)
+                    runs.set_status(db, run_id, "running")
+                else:
+                    training.start(wire.flatten(start.get_weights()))
                 wire.set_model_weights(self.model_, rule.model())
-                self.history_.append(row)
+                bar = self._progress_bar(first, last)
+                for iteration in range(first, last + 1):
+                    row = database_call(f"iteration {iteration}", training.step, iteration)
+                    wire.set_model_weights(self.model_, rule.model())
+                    self.history_.append(row)
+                    if bar is not None:
+                        bar.update(1)
+                        bar.set_postfix({k: f"{row[k]:.4f}" for k in PROGRESS_KEYS if k in row})
+            except TrainingError as e:
+                _record_failure(db, run_id, e)
+                raise e.continued(_resume_hint(run_id, self.history_)) from None
+            except BaseException as e:
+                _record_failure(db, run_id, e)
+                raise
+            finally:
                 if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix({k: f"{row[k]:.4f}" for k in PROGRESS_KEYS if k in row})
-        except BaseException as e:
-            self._discard_sessions()  # maybe cancelled mid-query: start clean next time
-            _record_failure(db, run_id, e)
-            raise
-        finally:
-            if bar is not None:
-                bar.close()
+                    bar.close()
         runs.set_status(db, run_id, "finished")
         return self
 
@@ -296,22 +299,32 @@ class GreenplumCNN(BaseEstimator):
         if not hasattr(self, "model_"):
             raise RuntimeError("this GreenplumCNN is not fitted yet: call fit(table) first")
 
-    def _ensure_sessions(self) -> SegmentSessions:
-        """The segment sessions this estimator holds (from the pool) until ``close``."""
-        threads = self._options["threads"]
+    @contextlib.contextmanager
+    def _holding_sessions(self) -> Iterator[SegmentSessions]:
+        """The segment sessions for one call (``fit``, ``evaluate``, ``predict``; a call inside
+        one uses its caller's): taken from the process's pool of idle sessions, given back at
+        the end, closed on an error (a statement may have been cancelled mid-way)."""
         held = getattr(self, "_sessions", None)
-        if held is not None and not held.serves(self.segments_, threads):
-            self._release_sessions()
-            held = None
-        if held is None:
-            self._sessions = self._db().backend.open_sessions(self.segments_, threads)
-        return self._sessions
+        if held is not None:
+            yield held
+            return
+        self._sessions = self._db().backend.open_sessions(self.segments_, self._options["threads"])
+        try:
+            yield self._sessions
+        except BaseException:
+            self._sessions.close()
+            raise
+        else:
+            self._sessions.release()
+        finally:
+            self._sessions = None
 
     def _evaluate_table(self, info: ImageTable, weights: bytes | None = None) -> dict:
         weights = weights if weights is not None else wire.model_to_bytes(self.model_)
-        return evaluate_table(
-            self._db(), self._ensure_sessions(), info, self._model_json, self._options, weights
-        )
+        with self._holding_sessions() as sessions:
+            return evaluate_table(
+                self._db(), sessions, info, self._model_json, self._options, weights
+            )
 
     def _table_info(self, table) -> ImageTable:
         return describe(self._db(), table)
@@ -324,12 +337,15 @@ class GreenplumCNN(BaseEstimator):
             return np.asarray(self.model_.predict(_model_input(x), batch_size=1000, verbose=0))
         info = self._table_info(x)
         backend = self._db().backend
-        ordered = backend.run_prediction(
-            self._ensure_sessions(),
-            info.table.sql(backend),
-            self._prediction_params(info),
-            info.keys,
-        )
+        with self._holding_sessions() as sessions:
+            ordered = database_call(
+                "prediction",
+                backend.run_prediction,
+                sessions,
+                info.table.sql(backend),
+                self._prediction_params(info),
+                info.keys,
+            )
         classes = info.num_classes
         return np.concatenate(
             [np.frombuffer(bytes(p), dtype="<f4").reshape(-1, classes) for _, p in ordered]
@@ -358,16 +374,17 @@ class GreenplumCNN(BaseEstimator):
             )
         info = self._table_info(x)
         self._check_model_fits(info)
-        written = write_predictions(
-            self._db(),
-            self._ensure_sessions(),
-            info,
-            output_table,
-            pred_type,
-            top_k,
-            self._prediction_params(info),
-            replace,
-        )
+        with self._holding_sessions() as sessions:
+            written = write_predictions(
+                self._db(),
+                sessions,
+                info,
+                output_table,
+                pred_type,
+                top_k,
+                self._prediction_params(info),
+                replace,
+            )
         return str(written)
 
     def _prediction_params(self, info: ImageTable) -> dict:
@@ -472,20 +489,12 @@ class GreenplumCNN(BaseEstimator):
 
     # -- sessions -----------------------------------------------------------------------------
 
-    def _release_sessions(self) -> None:
-        sessions, self._sessions = getattr(self, "_sessions", None), None
-        if sessions is not None:
-            sessions.release()
-
-    def _discard_sessions(self) -> None:
-        sessions, self._sessions = getattr(self, "_sessions", None), None
-        if sessions is not None:
-            sessions.close()
-
     def close(self) -> None:
-        """Give back the segment sessions (each a server process with TensorFlow loaded) to the
-        pool of idle sessions that later fits reuse."""
-        self._release_sessions()
+        """Nothing to give back between calls: the estimator holds its segment sessions (each a
+        server process with TensorFlow loaded) only while ``fit``, ``evaluate`` or ``predict``
+        runs, then they wait in the process's pool for the next call, closed when idle too long
+        or by ``gpcnn.release_sessions()``. Kept, with ``with``, for code written when fitted
+        estimators held their sessions."""
 
     def __enter__(self) -> GreenplumCNN:
         return self
@@ -511,6 +520,13 @@ def _record_failure(db: Database, run_id: int, error: BaseException) -> None:
     """The run's status after an exception; the server may be gone, and that error wins."""
     with contextlib.suppress(Exception):  # unreachable: the run stays "running", resumable
         runs.set_status(db, run_id, "failed", f"{type(error).__name__}: {error}"[:2000])
+
+
+def _resume_hint(run_id: int, history: list[dict]) -> str:
+    if not history:
+        return f"run {run_id} stored no iteration: start a new fit"
+    last = history[-1]["iteration"]
+    return f"run {run_id} keeps iteration {last}: fit(table, resume={run_id}) continues it"
 
 
 def _is_table(x) -> bool:

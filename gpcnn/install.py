@@ -15,7 +15,7 @@ from importlib import resources
 import sqlalchemy as sa
 
 from . import __version__
-from .engines import Database, catalog, connect
+from .engines import Database, catalog, connect, roles
 from .engines import functions as sql
 
 IN_DATABASE_MODULES = ("weights", "merge", "segment")  # dependencies first
@@ -78,25 +78,34 @@ def ensure_plpython(conn: sa.Connection) -> None:
 
 
 def install(db: Database | str | None = None) -> str:
-    """Create or upgrade gpcnn's functions and tables in the handle's schema, in one
+    """Create or upgrade gpcnn's functions and tables in the handle's schema, and the role
+    ``<schema>_user`` that lets ordinary users run them (``gpcnn.engines.roles``), in one
     transaction; returns the installed version."""
     from .runs import result_key
 
     db = connect(db)
     backend = db.backend
     with db.begin() as conn:
+        if not roles.is_superuser(conn):
+            raise InstallError(
+                f"installing gpcnn needs a superuser (plpython3u is untrusted), and "
+                f"{db.url.username!r} is not one: a superuser runs `gpcnn install --schema "
+                f"{db.schema}`, then GRANT {roles.role_name(db.schema)} TO {db.url.username}"
+            )
         ensure_plpython(conn)
-        conn.exec_driver_sql(backend.create_schema_ddl(db.schema))
+        backend.ensure_schema(conn, db.schema)
         sql.drop_existing(conn, db.schema)
         for statement in statements(db.schema):
             sql.run_ddl(conn, statement)
         catalog.ensure_tables(conn, backend, result_key)
+        roles.ensure_role(conn, backend)
     return bundle_id()
 
 
 def uninstall(db: Database | str | None = None, *, keep_data: bool = False) -> None:
     """Remove gpcnn's functions and aggregates and, unless ``keep_data``, its tables (runs and the
-    catalog; image tables themselves stay, in their own schemas). The schema goes too if empty."""
+    catalog; image tables themselves stay, in their own schemas). The schema goes too if empty,
+    and then the role ``<schema>_user`` unless it still has privileges elsewhere."""
     db = connect(db)
     backend = db.backend
     with db.begin() as conn:
@@ -106,6 +115,7 @@ def uninstall(db: Database | str | None = None, *, keep_data: bool = False) -> N
                 conn.exec_driver_sql(statement)
             if catalog.schema_is_empty(conn, db.schema):
                 conn.exec_driver_sql(backend.drop_schema_ddl(db.schema))
+                roles.drop_role(conn, backend)
 
 
 def installed_version(db: Database | str | None = None) -> str | None:

@@ -12,8 +12,8 @@ import contextlib
 
 from .engines import Database, catalog
 from .engines.sessions import SegmentSessions
+from .errors import database_call
 from .tables import STAGING_SUFFIX, ImageTable, TableError, TableName, checked_name, resolved_name
-from .training import database_call
 
 PRED_TYPES = ("response", "prob", "topk")
 
@@ -55,7 +55,7 @@ def write_predictions(
         name = resolved_name(conn, name)
         _check_target(conn, db, name, replace)
         staging = name.with_suffix(STAGING_SUFFIX)
-        conn.exec_driver_sql(backend.create_schema_ddl(name.schema))
+        backend.ensure_schema(conn, name.schema)
         conn.exec_driver_sql(backend.drop_ddl(staging, if_exists=True))
         conn.exec_driver_sql(backend.prediction_table_ddl(staging, pred_type))
     try:

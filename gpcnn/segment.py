@@ -22,6 +22,7 @@ import os
 import struct
 import sys
 import tempfile
+import traceback
 from collections import OrderedDict
 from typing import Any
 
@@ -132,7 +133,9 @@ def build_model(model_json: str, options: dict) -> Any:
     try:
         model = keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
     except Exception as e:
-        raise SegmentError(f"the model cannot be rebuilt in safe mode: {e}") from e
+        raise SegmentError(
+            f"the model cannot be rebuilt in safe mode ({type(e).__name__}: {e})"
+        ) from e
     compile_options = options["compile"]
     model.compile(
         optimizer=keras.optimizers.deserialize(compile_options["optimizer"]),
@@ -268,7 +271,7 @@ def train_transition(
     _over_batches(model.train_on_batch, x, y, n, options, int(options["batch_size"]), sums, order)
     count += n
     if count > expected:
-        raise SegmentError(f"segment {key} saw {count} images, more than the {expected} expected")
+        raise SegmentError(f"saw {count} images, more than the {expected} expected")
     weight_sum = None
     if count == expected:
         vector = wire.flatten(model.get_weights())
@@ -366,3 +369,23 @@ def final(state: bytes | None) -> bytes:
     header["has_weights"] = weight_sum is not None
     payload = b"" if weight_sum is None else wire.to_bytes(rules.finish(weight_sum, count))
     return _pack(RESULT_MAGIC, header, payload)
+
+
+def on_segment(key: int, function, *args):
+    """``function(*args)`` for segment ``key``: what it raises reaches the client as
+    ``SegmentError: segment <key>: <type>: <message>`` and the line of gpcnn's code it came
+    through (the client's ``gpcnn.errors`` reads them back), whatever the dispatch."""
+    try:
+        return function(*args)
+    except Exception as e:
+        what = str(e) if isinstance(e, SegmentError) else f"{type(e).__name__}: {e}"
+        raise SegmentError(f"segment {key}: {what}\n(raised at {_origin(e)})") from e
+
+
+def _origin(error: BaseException) -> str:
+    """The innermost frame of gpcnn's code (else of any code) in the error's traceback."""
+    frames = traceback.extract_tb(error.__traceback__)
+    ours = [f for f in frames if os.path.basename(os.path.dirname(f.filename)) == "gpcnn"]
+    frame = (ours or frames)[-1]
+    path = f"gpcnn/{os.path.basename(frame.filename)}" if ours else frame.filename
+    return f"{path}, line {frame.lineno}, in {frame.name}"

@@ -606,7 +606,7 @@ def begin_swap(conn, backend, name: TableName, k: int, replace: bool):
     (staging, keys, whether ``name`` exists)."""
     backend.lock_name(conn, str(name))
     catalog.ensure_tables(conn, backend)
-    conn.exec_driver_sql(backend.create_schema_ddl(name.schema))
+    backend.ensure_schema(conn, name.schema)
     exists = catalog.relation_exists(conn, name.sql(backend))
     if exists and not replace:
         raise TableError(f"table {name} exists: pass replace=True (or --replace) to reload it")

@@ -15,37 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import sqlalchemy as sa
 
 from . import merge, segment
 from . import weights as wire
 from .engines import Database, catalog
 from .engines.sessions import SegmentSessions
+from .errors import TrainingError, database_call
 from .tables import ImageTable, buffer_counts
-
-
-class TrainingError(RuntimeError):
-    """An iteration failed; the message says why and what to do."""
-
-
-def server_message(error: Exception, what: str) -> str:
-    text = str(getattr(error, "orig", error)).strip()
-    first = text.splitlines()[0] if text else repr(error)
-    hint = ""
-    if "No module named" in text or "plpython3u" in text:
-        hint = " (run gpcnn.check_environment(engine) / `gpcnn doctor`)"
-    return f"{what} failed in the database: {first}{hint}"
-
-
-def database_call(what: str, call, *args, **kwargs):
-    try:
-        return call(*args, **kwargs)
-    except sa.exc.DBAPIError as e:
-        raise TrainingError(server_message(e, what)) from None
-    except Exception as e:
-        if type(e).__module__.startswith("psycopg2"):
-            raise TrainingError(server_message(e, what)) from None
-        raise
 
 
 @dataclass(frozen=True)
@@ -221,7 +197,7 @@ class Training:
         if not np.isfinite(average).all():
             raise TrainingError(
                 f"iteration {iteration} produced non-finite weights (diverged): lower the "
-                f"learning rate; run {self.run_id} keeps iteration {iteration - 1}"
+                "learning rate"
             )
         self.rule.update(average, segments, dict(zip(self.info.keys, part.expected, strict=True)))
         model = self.rule.model()

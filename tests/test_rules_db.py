@@ -349,3 +349,26 @@ def test_bmuf_with_local_optimizer_state_resumes(engine, schema, model, tables):
     whole = fit(engine, schema, model, iterations=2, **params)
     resumed = fit_resumed(engine, schema, model, 2, **params)
     np.testing.assert_array_equal(flat(resumed), flat(whole))
+
+
+def test_a_bad_rule_option_is_refused_before_any_run_row_and_again_on_resume(
+    engine, schema, model, average_run
+):
+    def runs_and_iterations():
+        with engine.connect() as conn:
+            return conn.execute(
+                sa.text(
+                    f"SELECT (SELECT count(*) FROM {schema}.runs), "
+                    f"(SELECT count(*) FROM {schema}.run_iterations), "
+                    f"(SELECT status FROM {schema}.runs WHERE run_id = :r)"
+                ),
+                {"r": average_run.run_id_},
+            ).one()
+
+    before = runs_and_iterations()
+    bad = dict(merge="bmuf", merge_options={"eta": 1.5})
+    with pytest.raises(ValueError, match=r"eta=1\.5.*\[0, 1\)"):
+        estimator(engine, schema, model, **bad).fit(TRAIN)
+    with pytest.raises(ValueError, match=r"eta=1\.5.*\[0, 1\)"):
+        estimator(engine, schema, model, iterations=3, **bad).fit(TRAIN, resume=average_run.run_id_)
+    assert runs_and_iterations() == before

@@ -1,12 +1,20 @@
-"""Segment sessions: an error (or Ctrl-C) in one cancels the work running in all the others."""
+"""Segment sessions: an error (or Ctrl-C) in one cancels the work running in all the others; a
+client process holds only the sessions it accounts for (issue 9)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 
-from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.engines.sessions import MAX_IDLE_SESSIONS, SegmentSessions
+from gpcnn.tables import load_images
 
 
 def test_an_error_in_one_session_cancels_the_others(engine):
@@ -37,3 +45,40 @@ def test_released_sessions_are_reused_with_the_same_settings(engine):
     finally:
         again.close()
         other.close()
+
+
+def test_a_client_process_holds_no_backend_it_cannot_account_for(engine):
+    """A process of its own fits, predicts, fits again, drops its estimators, fails, opens more
+    sessions than the pool keeps, releases them and lets idle ones time out; after each step,
+    every server process it holds (in pg_stat_activity, SQLAlchemy's pool included) is an idle
+    segment session in the pool or an idle connection of SQLAlchemy's pool."""
+    rng = np.random.default_rng(0)
+    table = "gpcnn_sessions_test.train"
+    labels = rng.integers(0, 3, 100)
+    images = rng.integers(0, 255, (100, 8, 8), dtype=np.uint8)
+    load_images(engine, table, images, labels, segments=2, replace=True, progress=False)
+    child = Path(__file__).parent / "children" / "sessions.py"
+    url = engine.url.render_as_string(hide_password=False)
+    done = subprocess.run(
+        [sys.executable, str(child), url, engine.schema, table],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    after_fit = report["after_fit"]
+    assert after_fit["idle_sessions"] == 2  # the fit's sessions wait for the next call
+    assert after_fit["backends"] == after_fit["accounted"]
+    assert report["after_predict"]["same_pids"]
+    assert report["second_fit_reused"]
+    for step in ("after_predict", "after_gc", "after_error", "after_timeout"):
+        assert report[step]["backends"] == report[step]["accounted"], step
+    assert "Could not locate class 'Doubler'" in report["error"]
+    assert report["after_error"]["idle_sessions"] == 0  # a failed call's sessions are closed
+    assert report["after_twelve_released"]["idle_sessions"] == MAX_IDLE_SESSIONS
+    assert report["after_twelve_released"]["backends"] <= MAX_IDLE_SESSIONS + 1
+    assert report["after_release"] == {"backends": 0, "idle_sessions": 0}
+    assert report["idle_before_timeout"] == 2
+    assert report["after_timeout"]["idle_sessions"] == 0

@@ -971,6 +971,6 @@ def test_the_catalog_records_the_distribution_and_each_segments_class_mix(engine
     rx, _, rids = read_images(engine, f"{IMG}.skewed", ids=True)
     np.testing.assert_array_equal(rids, order)  # shard after shard, in dealing order
     np.testing.assert_array_equal(rx[..., 0], x[order])
-    plain = _load(engine, schema, f"{IMG}.plain", x, y, segments=3)
+    plain = _load(engine, schema, f"{IMG}.iid_mix", x, y, segments=3)
     assert plain.distribution == "iid" and plain.skew is None
     assert np.array(plain.class_counts).sum() == 300

@@ -224,20 +224,27 @@ def test_resumed_fit_equals_uninterrupted(engine, schema, tables):
     )
 
 
-def test_validation_between_iterations_keeps_the_training_sessions(engine, schema, tables):
+def test_validation_between_iterations_uses_the_sessions_training_holds(
+    engine, schema, tables, monkeypatch
+):
     """Greenplum's dispatch holds one session whatever K is; evaluating the validation table
     between iterations once released the sessions training still held, and iteration 2 failed
-    with "1 statements for 0 sessions" (every Greenplum fit with a validation table)."""
-    with estimator(
-        engine, schema, tiny_cnn(), iterations=2, validation_table=tables["test"]
-    ) as est:
-        est.fit(tables[2])
-        held = est._sessions
-        assert len(held) == (2 if engine.backend.per_segment_sessions else 1)
-        assert [r["iteration"] for r in est.history_] == [1, 2]
-        est.evaluate(tables["test"])
-        assert est._sessions is held
-    assert est._sessions is None
+    with "1 statements for 0 sessions" (every Greenplum fit with a validation table). One set
+    of sessions serves the whole fit, validation included."""
+    opened = []
+    real = engine.backend.open_sessions
+
+    def counted(*args, **kwargs):
+        sessions = real(*args, **kwargs)
+        opened.append(len(sessions))
+        return sessions
+
+    monkeypatch.setattr(engine.backend, "open_sessions", counted)
+    est = estimator(engine, schema, tiny_cnn(), iterations=2, validation_table=tables["test"])
+    est.fit(tables[2])
+    assert [r["iteration"] for r in est.history_] == [1, 2]
+    assert all("val_loss" in r for r in est.history_)
+    assert opened == [2 if engine.backend.per_segment_sessions else 1]
 
 
 def test_fit_never_changes_the_given_model(engine, schema, tables):

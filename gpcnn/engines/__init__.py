@@ -6,8 +6,16 @@ them; ``functions`` the DDL of the in-database functions; ``sessions`` the segme
 """
 
 from .base import DISPATCHES, Backend
-from .database import Database, connect
+from .database import Database, connect, release_sessions
 from .greenplum import GreenplumBackend
 from .postgres import PostgresBackend
 
-__all__ = ["DISPATCHES", "Backend", "Database", "GreenplumBackend", "PostgresBackend", "connect"]
+__all__ = [
+    "DISPATCHES",
+    "Backend",
+    "Database",
+    "GreenplumBackend",
+    "PostgresBackend",
+    "connect",
+    "release_sessions",
+]

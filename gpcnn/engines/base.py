@@ -108,6 +108,19 @@ class Backend:
     def create_schema_ddl(self, schema: str) -> str:
         return f"CREATE SCHEMA IF NOT EXISTS {self.quote(schema)}"
 
+    def ensure_schema(self, conn: sa.Connection, schema: str) -> None:
+        """Create the schema if missing, under a lock on its name until the transaction ends:
+        two sessions creating it at once would otherwise collide on pg_namespace's unique index
+        (``IF NOT EXISTS`` does not see the other's uncommitted schema)."""
+        exists = sa.text("SELECT 1 FROM pg_namespace WHERE nspname = :s")
+        if conn.execute(exists, {"s": schema}).scalar() is None:
+            self.lock_name(conn, f"schema {schema}")
+            # Asked again under the lock: the other session may have committed the schema while
+            # this one waited, and CREATE ... IF NOT EXISTS may not see that yet (its catalog
+            # cache is not refreshed by an advisory lock); a new query does.
+            if conn.execute(exists, {"s": schema}).scalar() is None:
+                conn.exec_driver_sql(self.create_schema_ddl(schema))
+
     def drop_schema_ddl(self, schema: str) -> str:
         return f"DROP SCHEMA IF EXISTS {self.quote(schema)}"
 

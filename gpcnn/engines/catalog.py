@@ -150,7 +150,7 @@ def ensure_tables(
     version = found_version(conn, backend)
     if version == SHAPE_VERSION:
         return
-    conn.exec_driver_sql(backend.create_schema_ddl(backend.schema))
+    backend.ensure_schema(conn, backend.schema)
     if version > SHAPE_VERSION:
         raise ShapeError(
             f"gpcnn's tables in schema {backend.schema!r} have shape {version}, newer than this "

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from .base import DISPATCHES, Backend
 from .greenplum import GreenplumBackend
 from .postgres import PostgresBackend
-from .sessions import POOL
+from .sessions import POOL, application_name
 
 DEFAULT_SCHEMA = "gpcnn"
 
@@ -73,7 +73,10 @@ class Database:
     def engine(self) -> sa.Engine:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed: gpcnn.connect() opens it again")
-        return sa.create_engine(self.url, pool_pre_ping=True)
+        named = (
+            {} if "application_name" in self.url.query else {"application_name": application_name()}
+        )
+        return sa.create_engine(self.url, pool_pre_ping=True, connect_args=named)
 
     @cached_property
     def backend(self) -> Backend:
@@ -131,6 +134,18 @@ class Database:
         shown = self.url.render_as_string(hide_password=True)
         extra = f", dispatch={self.dispatch!r}" if self.dispatch else ""
         return f"Database({shown!r}, schema={self.schema!r}{extra})"
+
+
+def release_sessions() -> None:
+    """Close every idle server process this client holds: the segment sessions waiting for the
+    next fit (each with TensorFlow loaded) and the idle connections of every open handle's
+    pool. The handles stay usable; the next fit opens what it needs."""
+    POOL.clear()
+    with _open_lock:
+        handles = list(_open.values())
+    for db in handles:
+        if "engine" in db.__dict__:
+            db.engine.dispose()
 
 
 def connect(

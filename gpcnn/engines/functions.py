@@ -52,8 +52,8 @@ FUNCTIONS = (
         "train_transition",
         (("state", "bytea"), *_TRAIN_ARGS),
         "bytea",
-        "segment.train_transition(state, key, x, y, n, model_json, options_json, weights, optimizer, "
-        "expected)",
+        "segment.on_segment(key, segment.train_transition, state, key, x, y, n, model_json, "
+        "options_json, weights, optimizer, expected)",
     ),
     Function(
         "evaluate_transition",

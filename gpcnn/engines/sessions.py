@@ -1,48 +1,121 @@
-"""Database sessions that run one statement each, concurrently, and can all be cancelled."""
+"""Database sessions that run one statement each, concurrently, and can all be cancelled.
+
+Each segment session is a server process that, once it trained, holds TensorFlow and a compiled
+model (~300-700 MB). Estimators hold them only while a call runs; between calls they wait in
+``POOL``, at most ``MAX_IDLE_SESSIONS`` of them, until the next fit takes them, until they were
+idle ``idle_timeout()`` seconds, or until ``release_sessions()``. Every connection gpcnn opens
+names itself to the server as ``application_name()`` (``gpcnn/<client pid>``), so
+``pg_stat_activity`` shows what each client process holds.
+"""
 
 from __future__ import annotations
 
 import atexit
+import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import sqlalchemy as sa
 
 MAX_IDLE_SESSIONS = 8  # each holds a server process with TensorFlow loaded (~300 MB private)
+DEFAULT_IDLE_TIMEOUT = 600.0  # seconds; $GPCNN_IDLE_SESSION_TIMEOUT overrides
+QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by cancel(): never the cause
+
+
+def application_name() -> str:
+    """What gpcnn's connections tell the server they are: gpcnn and this client's process id."""
+    return f"gpcnn/{os.getpid()}"
+
+
+def idle_timeout() -> float:
+    """Seconds an idle segment session waits for the next fit before it is closed."""
+    value = os.environ.get("GPCNN_IDLE_SESSION_TIMEOUT", DEFAULT_IDLE_TIMEOUT)
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(f"GPCNN_IDLE_SESSION_TIMEOUT={value!r}: give seconds, e.g. 600") from None
+    if seconds <= 0:
+        raise ValueError(f"GPCNN_IDLE_SESSION_TIMEOUT={value!r}: must be more than 0 seconds")
+    return seconds
+
+
+class SessionError(RuntimeError):
+    """A statement failed in one segment session: the driver's error, the statement's parameters
+    (``group``: the keys it served), the server process that ran it, and whether the connection
+    was lost (the server process ended) rather than the statement failing."""
+
+    def __init__(self, error: BaseException, params: dict, pid: int | None, lost: bool) -> None:
+        super().__init__(str(error).strip() or repr(error))
+        self.error, self.params, self.pid, self.lost = error, params, pid, lost
+
+    @property
+    def cancelled(self) -> bool:
+        return getattr(self.error, "pgcode", None) == QUERY_CANCELED
 
 
 class SessionPool:
     """Idle segment sessions, kept for the next fit: a fresh backend costs seconds to import
     TensorFlow and build the model. Sessions are only reused with the same URL, session settings
-    and TensorFlow thread count (fixed when TF starts in a backend, and it changes results)."""
+    and TensorFlow thread count (fixed when TF starts in a backend, and it changes results); the
+    most recently given back are taken first, the oldest closed first."""
 
     def __init__(self) -> None:
-        self._idle: dict[tuple, list] = {}
+        self._idle: list[tuple[float, tuple, object]] = []  # (given back at, tag, connection)
         self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
 
     def take(self, tag: tuple, count: int) -> list:
         with self._lock:
-            idle = self._idle.get(tag, [])
-            taken, self._idle[tag] = idle[:count], idle[count:]
-        return [conn for conn in taken if _alive(conn)]
+            matching = [entry for entry in self._idle if entry[1] == tag][::-1][:count]
+            self._idle = [entry for entry in self._idle if entry not in matching]
+        return [conn for _, _, conn in matching if _alive(conn)]
 
     def give(self, tag: tuple, connections: list) -> None:
+        now = time.monotonic()
         with self._lock:
-            self._idle.setdefault(tag, []).extend(connections)
-            extra = sum(map(len, self._idle.values())) - MAX_IDLE_SESSIONS
-            for conns in self._idle.values():
-                while extra > 0 and conns:
-                    conns.pop(0).close()
-                    extra -= 1
+            self._idle += [(now, tag, conn) for conn in connections]
+            extra = max(0, len(self._idle) - MAX_IDLE_SESSIONS)
+            closing, self._idle = self._idle[:extra], self._idle[extra:]
+            self._schedule()
+        _close(closing)
+
+    def _schedule(self) -> None:
+        """A timer for the oldest idle session's timeout (the caller holds the lock)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._idle:
+            delay = max(0.0, self._idle[0][0] + idle_timeout() - time.monotonic())
+            self._timer = threading.Timer(delay, self._expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _expire(self) -> None:
+        deadline = time.monotonic() - idle_timeout()
+        with self._lock:
+            closing = [entry for entry in self._idle if entry[0] <= deadline]
+            self._idle = self._idle[len(closing) :]
+            self._schedule()
+        _close(closing)
+
+    def __len__(self) -> int:
+        return len(self._idle)
 
     def clear(self, engine: sa.Engine | None = None) -> None:
         """Close the idle sessions (of ``engine``'s server only, if given)."""
         url = None if engine is None else _url_of(engine)
         with self._lock:
-            for tag in [t for t in self._idle if url is None or t[0] == url]:
-                for conn in self._idle.pop(tag):
-                    conn.close()
+            closing = [entry for entry in self._idle if url is None or entry[1][0] == url]
+            self._idle = [entry for entry in self._idle if entry not in closing]
+            self._schedule()
+        _close(closing)
+
+
+def _close(entries: list[tuple[float, tuple, object]]) -> None:
+    for _, _, conn in entries:
+        conn.close()
 
 
 def _url_of(engine: sa.Engine) -> str:
@@ -87,6 +160,7 @@ class SegmentSessions:
         self._tag = (_url_of(engine), tuple(settings), threads)
         self._connections = POOL.take(self._tag, count)
         cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        cparams.setdefault("application_name", application_name())
         try:
             while len(self._connections) < count:
                 conn = engine.dialect.dbapi.connect(*cargs, **cparams)
@@ -112,15 +186,17 @@ class SegmentSessions:
     def __len__(self) -> int:
         return len(self._connections)
 
-    def serves(self, segments: int, threads: int) -> bool:
-        """Whether these sessions are the ones a fit of ``segments`` keys with ``threads`` TF
-        threads would open (their number is the engine's business, not K)."""
-        return bool(self._connections) and (self.segments, self.threads) == (segments, threads)
-
     def _run(self, index: int, sql: str, params: dict) -> list[tuple]:
-        with self._connections[index].cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description is not None else []
+        conn = self._connections[index]
+        pid = conn.info.backend_pid
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchall() if cursor.description is not None else []
+        except Exception as e:
+            if not type(e).__module__.startswith("psycopg2"):
+                raise
+            raise SessionError(e, params, pid, lost=bool(conn.closed)) from e
 
     def _compiled(self, statement: str) -> str:
         return sa.text(statement).compile(dialect=self._dialect).string
@@ -131,16 +207,18 @@ class SegmentSessions:
 
     def map(self, sql: str, params: Sequence[dict]) -> list[list[tuple]]:
         """Run ``sql`` once per parameter set, the i-th on session i, all at once. On an error or
-        Ctrl-C every running statement is cancelled before the exception propagates."""
+        Ctrl-C every running statement is cancelled before the exception propagates; a failed
+        statement raises ``SessionError`` (the first failure that is not a cancellation)."""
         if len(params) > len(self._connections):
             raise ValueError(f"{len(params)} statements for {len(self._connections)} sessions")
         sql = self._compiled(sql)
         futures = [self._pool.submit(self._run, i, sql, p) for i, p in enumerate(params)]
         try:
             wait(futures, return_when="FIRST_EXCEPTION")
-            failed = [f for f in futures if f.done() and f.exception() is not None]
+            failed = [f.exception() for f in futures if f.done() and f.exception() is not None]
             if failed:
-                raise failed[0].exception()
+                causes = [e for e in failed if not getattr(e, "cancelled", False)]
+                raise (causes or failed)[0]
             return [f.result() for f in futures]
         except BaseException:
             self.cancel()

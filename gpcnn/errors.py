@@ -1,0 +1,123 @@
+"""Errors from inside the database, told as where and why.
+
+A plpython function that raises sends the server an error whose message is ``Type: message`` and
+whose context is the Python traceback; ``segment.on_segment`` puts the segment's key in front of
+what the training functions raise (``SegmentError: segment 3: TypeError: ...``). On Greenplum the
+message also names the segment that failed (``(seg1 slice1 10.0.0.5:6001 pid=1234)``); MADlib's
+own functions move the segment's traceback into DETAIL, which is read as well. A session whose
+server process ended (``pg_terminate_backend``, the OOM killer, a restart) loses its connection
+with no error from the server: the client says so, with the process id.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+
+from .engines.sessions import SessionError
+
+# SQLSTATEs of a server process ended from outside: admin_shutdown, crash_shutdown,
+# cannot_connect_now (the server is starting or shutting down).
+ENDED = ("57P01", "57P02", "57P03")
+LOST_CONNECTION = "server closed the connection unexpectedly"
+NAMED_SEGMENT = re.compile(r"^(?:[\w.]+\.)?SegmentError: segment (-?\d+): (.*)$", re.S)
+RAISED_AT = re.compile(r"\n\(raised at ([^\n]*)\)")
+GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+) slice\d+ ([^\s:()]+):(\d+) pid=(\d+)\)")
+FRAME = re.compile(r'^\s*(?:File "([^"]+)"|PL/Python function "([^"]+)"), line (\d+), in (\S+)')
+
+
+class TrainingError(RuntimeError):
+    """Training, evaluation or prediction failed; the message says where, why and what to do.
+    ``segments``: the keys of the segments it failed on, when known."""
+
+    def __init__(self, message: str, segments: Sequence[int] | None = None) -> None:
+        super().__init__(message)
+        self.segments = None if segments is None else [int(k) for k in segments]
+
+    def continued(self, hint: str) -> TrainingError:
+        """The same error with what to do next appended."""
+        return TrainingError(f"{self}; {hint}", self.segments)
+
+
+def database_call(what: str, call, *args, **kwargs):
+    """``call(*args, **kwargs)``, with any database error turned into a ``TrainingError`` that
+    says where (segment, Greenplum segment and host) and why (the Python exception raised in
+    the database, or that the segment's server process ended)."""
+    try:
+        return call(*args, **kwargs)
+    except SessionError as e:
+        raise failure(what, e.error, e.params.get("group"), e.pid, e.lost) from None
+    except sa.exc.DBAPIError as e:
+        raise failure(what, e.orig, lost=bool(e.connection_invalidated)) from None
+    except Exception as e:
+        if type(e).__module__.startswith("psycopg2"):
+            raise failure(what, e) from None
+        raise
+
+
+def failure(
+    what: str,
+    error: BaseException,
+    keys: Sequence[int] | None = None,
+    pid: int | None = None,
+    lost: bool = False,
+) -> TrainingError:
+    """The ``TrainingError`` of a driver error met while ``what`` ran on the segments ``keys``
+    (those of the failed statement: one on PostgreSQL's per-segment sessions, all otherwise)."""
+    text = str(error).strip()
+    diag = getattr(error, "diag", None)
+    message = (getattr(diag, "message_primary", None) or text.split("\n")[0] or repr(error)).strip()
+    details = "\n".join(filter(None, [getattr(diag, "message_detail", None), text]))
+    context = "\n".join(filter(None, [getattr(diag, "context", None), details]))
+    named = NAMED_SEGMENT.match(message)
+    origin = ""
+    if named:
+        keys, message = [int(named.group(1))], named.group(2)
+        raised_at = RAISED_AT.search(message)
+        if raised_at:
+            origin = f" (raised at {raised_at.group(1)})"
+            message = RAISED_AT.sub("", message)
+    where = _place(keys, GREENPLUM_SEGMENT.search(f"{message}\n{details}"))
+    message = GREENPLUM_SEGMENT.sub("", message).strip()
+    if lost or getattr(error, "pgcode", None) in ENDED or LOST_CONNECTION in text:
+        process = f" (pid {pid})" if pid else ""
+        why = (
+            f"its server process{process} was terminated ({message}): something ended it "
+            "from outside (pg_terminate_backend, the out-of-memory killer, a server restart)"
+        )
+    else:
+        why = _shortened(message) + (origin or _frame(context))
+    hint = ""
+    if "No module named" in text or "plpython3u" in text:
+        hint = " (run gpcnn.check_environment(engine) / `gpcnn doctor`)"
+    return TrainingError(f"{what} failed in the database{where}: {why}{hint}", keys)
+
+
+def _shortened(message: str, width: int = 300) -> str:
+    """A long multi-line message (Keras puts a whole model config in its errors) as its first
+    and last lines, each at most ``width`` characters."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    kept = lines[:1] + lines[-1:] if len(lines) > 1 else lines
+    return " ... ".join(line if len(line) <= width else line[: width - 3] + "..." for line in kept)
+
+
+def _place(keys: Sequence[int] | None, greenplum: re.Match | None) -> str:
+    parts = []
+    if keys:
+        label = "segment" if len(keys) == 1 else "segments"
+        parts.append(f"{label} {', '.join(str(int(k)) for k in keys)}")
+    if greenplum:
+        content, host, port, pid = greenplum.groups()
+        parts.append(f"Greenplum segment {content} on {host}:{port}, pid {pid}")
+    return f" on {' / '.join(parts)}" if parts else ""
+
+
+def _frame(context: str) -> str:
+    """Where the in-database code raised: the innermost frame of its traceback."""
+    frames = [m for m in map(FRAME.match, context.splitlines()) if m]
+    if not frames:
+        return ""
+    path, function, line, name = frames[-1].groups()
+    return f" (raised at {path or function}, line {line}, in {name})"

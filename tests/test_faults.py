@@ -1,0 +1,165 @@
+"""Faults inside the database name where and why (issue 9): an error raised by the in-database
+Python, a segment's server process terminated mid-iteration; what was stored stays, and the run
+resumes. Runs in both dispatch modes (see conftest)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+from gpcnn import runs, segment
+from gpcnn.errors import failure
+from gpcnn.estimator import GreenplumCNN, TrainingError
+from gpcnn.tables import describe, load_images
+
+keras = segment.keras_module()
+
+DATA_SCHEMA = "gpcnn_faults_test"
+TABLE = f"{DATA_SCHEMA}.train"
+
+
+@pytest.fixture(scope="module")
+def engine(engine_any_dispatch):
+    return engine_any_dispatch
+
+
+@pytest.fixture(scope="module")
+def table(engine):
+    """2 segments of 1,200 images: with batch_size=2, an iteration lasts a few seconds."""
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 3, 2400)
+    images = rng.integers(0, 255, (2400, 8, 8), dtype=np.uint8)
+    load_images(engine, TABLE, images, labels, segments=2, replace=True, progress=False)
+    return describe(engine, TABLE)
+
+
+def small_cnn():
+    keras.utils.set_random_seed(7)
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+
+
+def estimator(engine, model, **params) -> GreenplumCNN:
+    defaults = dict(batch_size=2, seed=1, database=engine, threads_per_segment=1, progress=False)
+    return GreenplumCNN(model, **{**defaults, **params})
+
+
+@keras.saving.register_keras_serializable(package="gpcnn_faults_test")
+class Doubler(keras.layers.Layer):
+    """Registered here, in the client, but unknown to the server's Python."""
+
+    def call(self, x):
+        return x * 2
+
+
+def test_an_error_raised_inside_the_database_names_the_segment_and_the_exception(engine, table):
+    model = keras.Sequential(
+        [keras.Input((8, 8, 1)), Doubler(), keras.layers.Flatten(), keras.layers.Dense(3)]
+    )
+    est = estimator(engine, model, iterations=1)
+    with pytest.raises(TrainingError) as raised:
+        est.fit(TABLE)  # the client rebuilds the model; the server cannot
+    error = raised.value
+    (key,) = error.segments
+    assert key in table.keys
+    message = str(error)
+    assert f"training failed in the database on segment {key}: " in message
+    assert "TypeError" in message and "Could not locate class 'Doubler'" in message
+    assert "raised at gpcnn/segment.py" in message
+    assert f"run {est.run_id_} stored no iteration" in message
+    assert runs.load_run(engine, est.run_id_).status == "failed"
+
+
+def _training_pid(engine, info, key: int, timeout: float = 120) -> int:
+    """The server process of this client that is training segment ``key``: the one whose
+    training statement holds a lock on the key's partition (the table's rows on Greenplum)."""
+    rows = info.table.sql(engine.backend)
+    if engine.backend.partitioned:
+        rows = engine.backend.partition(info.table, key).sql(engine.backend)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:  # a new transaction: pg_stat_activity is a snapshot
+            pid = conn.execute(
+                sa.text(
+                    "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
+                    "WHERE a.application_name = :name AND a.pid <> pg_backend_pid() "
+                    "AND a.state = 'active' AND a.query LIKE '%.train(%' "
+                    "AND l.relation = to_regclass(:rows) AND l.granted"
+                ),
+                {"name": f"gpcnn/{os.getpid()}", "rows": rows},
+            ).scalar()
+        if pid is not None:
+            return pid
+        time.sleep(0.02)
+    raise AssertionError(f"no training statement of segment {key} within {timeout} s")
+
+
+def _stored_iterations(engine, run_id: int) -> list[dict]:
+    return runs.load_run(engine, run_id).iterations
+
+
+def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table):
+    model = small_cnn()
+    est = estimator(engine, model, iterations=3)
+    raised: list[BaseException] = []
+
+    def fit():
+        try:
+            est.fit(TABLE)
+        except BaseException as e:
+            raised.append(e)
+
+    fitting = threading.Thread(target=fit)
+    fitting.start()
+    # One session per segment on PostgreSQL: terminate segment 1's; one for all otherwise.
+    victims = [1] if engine.backend.per_segment_sessions else list(table.keys)
+    deadline = time.monotonic() + 120
+    while not (hasattr(est, "run_id_") and _stored_iterations(engine, est.run_id_)):
+        assert fitting.is_alive() and time.monotonic() < deadline, raised
+        time.sleep(0.05)
+    pid = _training_pid(engine, table, 1)  # in iteration 2 or 3
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.pg_terminate_backend(pid))).scalar()
+    fitting.join(120)
+    assert not fitting.is_alive()
+    (error,) = raised
+    assert isinstance(error, TrainingError)
+    assert error.segments == victims
+    message = str(error)
+    assert f"its server process (pid {pid}) was terminated" in message
+    assert "pg_terminate_backend" in message
+    stored = _stored_iterations(engine, est.run_id_)
+    assert [r["iteration"] for r in stored] == [r["iteration"] for r in est.history_]
+    assert f"run {est.run_id_} keeps iteration {len(stored)}: fit(table, resume=" in message
+    assert runs.load_run(engine, est.run_id_).status == "failed"
+
+    resumed = estimator(engine, model, iterations=3).fit(TABLE, resume=est.run_id_)
+    assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
+    assert runs.load_run(engine, est.run_id_).status == "finished"
+
+
+def test_greenplum_errors_name_the_segment_and_its_host():
+    """The suffix Greenplum gives an error raised on a segment (its content id, host, port and
+    process), read from the message; the key comes from the in-database code's prefix."""
+
+    class GreenplumError(Exception):
+        pgcode = "38000"
+
+    error = GreenplumError(
+        "SegmentError: segment 7: ValueError: bad buffer  (seg2 slice1 10.1.2.3:6002 pid=4242)"
+    )
+    message = str(failure("training", error))
+    assert message == (
+        "training failed in the database on segment 7 / Greenplum segment 2 on 10.1.2.3:6002, "
+        "pid 4242: ValueError: bad buffer"
+    )

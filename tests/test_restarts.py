@@ -1,0 +1,215 @@
+"""Restarts (issue 9): the server restarts while a fit is between iterations (its training done,
+its row not yet stored), or the client process is SIGKILLed mid-iteration; nothing stored is
+half-written, the running fit raises TrainingError, and ``fit(resume=...)`` then finishes.
+
+On a private cluster of their own (restarting the shared one would break the other tests)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+
+import gpcnn
+from gpcnn import embedded, runs, segment
+from gpcnn import weights as wire
+from gpcnn.tables import load_images
+
+keras = segment.keras_module()
+
+pytestmark = [
+    pytest.mark.skipif(
+        bool(os.environ.get("GPCNN_TEST_DATABASE_URL")),
+        reason="restarts need a private embedded cluster; GPCNN_TEST_DATABASE_URL names a server "
+        "these tests must not restart",
+    ),
+    pytest.mark.skipif(
+        not Path(f"/usr/lib/postgresql/{embedded.PG_MAJOR}/bin/pg_ctl").exists(),
+        reason="PostgreSQL server programs not installed",
+    ),
+]
+
+SCHEMA = "gpcnn_restarts"
+TABLE = "restarts.train"
+ITERATIONS = 4
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # Not under /tmp/pytest-of-root: that is 0700 and the server's OS user could not enter it.
+    home = Path(tempfile.mkdtemp(prefix="gpcnn-restarts-", dir="/var/tmp"))
+    os.chmod(home, 0o755)
+    c = embedded.Cluster(home=home / "cluster", user=embedded.cluster().user)
+    embedded.start(c)
+    yield c
+    embedded.stop(c)
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def db(cluster):
+    handle = gpcnn.connect(cluster.url(), schema=SCHEMA)
+    gpcnn.install(handle)
+    rng = np.random.default_rng(2)
+    images = rng.integers(0, 255, (2400, 8, 8), dtype=np.uint8)
+    load_images(handle, TABLE, images, rng.integers(0, 3, 2400), segments=2, progress=False)
+    yield handle
+    handle.close()
+
+
+def estimator(db, iterations: int = ITERATIONS) -> gpcnn.GreenplumCNN:
+    """batch_size=2 on 1,200 images per segment: an iteration lasts seconds."""
+    keras.utils.set_random_seed(7)
+    model = keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+    return gpcnn.GreenplumCNN(
+        model,
+        iterations=iterations,
+        batch_size=2,
+        seed=0,
+        database=db,
+        threads_per_segment=1,
+        progress=False,
+    )
+
+
+def _wait(condition, what: str, timeout: float = 180):
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.05)
+    return found
+
+
+def _activity(db, condition: str, **params) -> int:
+    """How many server processes match; a new transaction each time (pg_stat_activity is a
+    snapshot per transaction)."""
+    with db.connect() as conn:
+        query = (
+            f"SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND {condition}"
+        )
+        return conn.execute(sa.text(query), params).scalar()
+
+
+def _stored(db, run_id: int) -> list[int]:
+    return [r["iteration"] for r in runs.load_run(db, run_id).iterations]
+
+
+def _intact(db, run_id: int, iterations: int) -> None:
+    """Iterations 1..n stored whole: each with its metrics and a model of the full size."""
+    stored = runs.load_run(db, run_id)
+    assert [r["iteration"] for r in stored.iterations] == list(range(1, iterations + 1))
+    size = wire.WIRE_DTYPE.itemsize * sum(wire.sizes(wire.manifest(estimator(db).model)))
+    with db.connect() as conn:
+        lengths = conn.execute(
+            sa.text(f"SELECT octet_length(weights) FROM {SCHEMA}.run_iterations WHERE run_id = :r"),
+            {"r": run_id},
+        ).scalars()
+        assert set(lengths) == {size}
+
+
+def _finish(db, run_id: int) -> None:
+    resumed = estimator(db).fit(TABLE, resume=run_id)
+    assert [r["iteration"] for r in resumed.history_] == list(range(1, ITERATIONS + 1))
+    assert runs.load_run(db, run_id).status == "finished"
+    _intact(db, run_id, ITERATIONS)
+
+
+def test_a_server_restart_between_iterations_fails_the_fit_and_it_resumes(cluster, db):
+    est = estimator(db)
+    raised: list[BaseException] = []
+
+    def fit():
+        try:
+            est.fit(TABLE)
+        except BaseException as e:
+            raised.append(e)
+
+    fitting = threading.Thread(target=fit)
+    fitting.start()
+    _wait(lambda: hasattr(est, "run_id_") and _stored(db, est.run_id_), "iteration 1 stored")
+    with db.connect() as hold:
+        # The next iteration trains, then waits to store its row: restart the server there.
+        hold.exec_driver_sql(f"LOCK TABLE {SCHEMA}.run_iterations IN ACCESS EXCLUSIVE MODE")
+        _wait(
+            lambda: _activity(
+                db,
+                "wait_event_type = 'Lock' AND query LIKE 'INSERT INTO %run_iterations%'",
+            ),
+            "an iteration waiting to store its row",
+        )
+        embedded.stop(cluster)
+        embedded.start(cluster)
+        hold.invalidate()
+    fitting.join(180)
+    assert not fitting.is_alive()
+    (error,) = raised
+    assert isinstance(error, gpcnn.TrainingError), repr(error)
+    assert "was terminated" in str(error) and "a server restart" in str(error)
+    done = len(_stored(db, est.run_id_))
+    assert 1 <= done < ITERATIONS
+    assert f"fit(table, resume={est.run_id_})" in str(error)
+    _intact(db, est.run_id_, done)
+    _finish(db, est.run_id_)
+
+
+def test_a_client_killed_mid_iteration_leaves_a_run_that_resumes(cluster, db, tmp_path):
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).parent / "children" / "fit.py"),
+            cluster.url(),
+            SCHEMA,
+            TABLE,
+            str(tmp_path / "weights.npy"),
+            f"{__name__}:estimator",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},  # this gpcnn
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready", child.stderr.read()[-3000:]
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        name = f"gpcnn/{child.pid}"
+
+        def training_after_a_stored_iteration():
+            with db.connect() as conn:
+                run_id = conn.execute(
+                    sa.text(
+                        f"SELECT max(r.run_id) FROM {SCHEMA}.runs r JOIN {SCHEMA}.run_iterations i "
+                        "ON i.run_id = r.run_id WHERE r.status = 'running'"
+                    )
+                ).scalar()
+            training = "application_name = :n AND state = 'active' AND query LIKE '%.train(%'"
+            return run_id if run_id and _activity(db, training, n=name) else None
+
+        run_id = _wait(training_after_a_stored_iteration, "the child training after iteration 1")
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    finally:
+        child.kill()
+    assert child.returncode == -signal.SIGKILL
+    assert runs.load_run(db, run_id).status == "running"  # nobody could say otherwise
+    _intact(db, run_id, len(_stored(db, run_id)))
+    _finish(db, run_id)
+    assert json.dumps(runs.show_run(db, run_id)["history"])  # readable whole
