@@ -150,6 +150,7 @@ class SegmentSessions:
     def __init__(
         self, engine: sa.Engine, count: int, settings: Sequence[str] = (), threads: int = 0
     ) -> None:
+        idle_timeout()  # a bad $GPCNN_IDLE_SESSION_TIMEOUT fails here, not after the work
         self._dialect = engine.dialect
         self._tag = (_url_of(engine), tuple(settings), threads)
         self._connections = POOL.take(self._tag, count)
