@@ -82,3 +82,10 @@ def test_a_client_process_holds_no_backend_it_cannot_account_for(engine):
     assert report["after_release"] == {"backends": 0, "idle_sessions": 0}
     assert report["idle_before_timeout"] == 2
     assert report["after_timeout"]["idle_sessions"] == 0
+
+
+def test_a_bad_idle_timeout_is_refused_before_any_session_opens(engine, monkeypatch):
+    for value, problem in (("soon", "give seconds"), ("0", "must be more than 0")):
+        monkeypatch.setenv("GPCNN_IDLE_SESSION_TIMEOUT", value)
+        with pytest.raises(ValueError, match=f"GPCNN_IDLE_SESSION_TIMEOUT='{value}': {problem}"):
+            SegmentSessions(engine.engine, 1)

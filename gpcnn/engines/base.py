@@ -152,7 +152,7 @@ class Backend:
         """Sessions for the iterations of a fit of ``segments`` keys whose segment processes run
         ``threads`` TF threads: one per segment, or one for all (``"statement"``)."""
         count = segments if self.per_segment_sessions else 1
-        return SegmentSessions(self.engine, count, self.session_settings, threads, segments)
+        return SegmentSessions(self.engine, count, self.session_settings, threads)
 
     def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
         """Which keys each session handles: one statement per group, run concurrently."""

@@ -141,21 +141,16 @@ atexit.register(POOL.clear)
 class SegmentSessions:
     """``count`` DBAPI connections of their own (not SQLAlchemy's pool: a pooled backend may have
     imported TensorFlow with other thread settings), kept open across iterations so each
-    backend's model cache survives; they serve a fit of ``segments`` keys (one session for all
-    of them on Greenplum). psycopg2 releases the GIL while a query runs. Statements are written
-    with ``:name`` parameters and compiled for the driver. ``release`` hands the connections to
-    ``POOL`` for the next user; ``close`` closes them."""
+    backend's model cache survives (one per segment on PostgreSQL, one for all of them on
+    Greenplum). psycopg2 releases the GIL while a query runs. Statements are written with
+    ``:name`` parameters and compiled for the driver. ``release`` hands the connections to
+    ``POOL`` for the next user; ``close`` closes them. ``threads``: the TF threads of the backends'
+    segment processes (part of what makes a pooled session reusable)."""
 
     def __init__(
-        self,
-        engine: sa.Engine,
-        count: int,
-        settings: Sequence[str] = (),
-        threads: int = 0,
-        segments: int | None = None,
+        self, engine: sa.Engine, count: int, settings: Sequence[str] = (), threads: int = 0
     ) -> None:
-        self.threads = threads
-        self.segments = count if segments is None else segments
+        idle_timeout()  # a bad $GPCNN_IDLE_SESSION_TIMEOUT fails here, not after the work
         self._dialect = engine.dialect
         self._tag = (_url_of(engine), tuple(settings), threads)
         self._connections = POOL.take(self._tag, count)
