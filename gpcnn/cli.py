@@ -280,7 +280,13 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="gpcnn", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"gpcnn {__version__}")
+    parser.add_argument(
+        "--traceback", action="store_true", help="show the full traceback of an error"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def with_database(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -411,11 +417,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; an error is one line on stderr and exit status 1 (``--traceback`` shows
+    the whole traceback instead)."""
+    import sqlalchemy as sa
+
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (embedded.EmbeddedError, RuntimeError, ValueError) as e:
-        print(f"gpcnn: error: {e}", file=sys.stderr)
+    except (embedded.EmbeddedError, RuntimeError, ValueError, OSError, sa.exc.SQLAlchemyError) as e:
+        if args.traceback:
+            raise
+        text = str(getattr(e, "orig", None) or e).strip()
+        print(
+            f"gpcnn: error: {text.splitlines()[0] if text else type(e).__name__}", file=sys.stderr
+        )
         return 1
 
 

@@ -8,15 +8,19 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
+import logging
+import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import NotFittedError
 
-from . import merge, runs, segment
+from . import merge, runs, segment, staging
 from . import weights as wire
 from .engines import Database, connect
 from .engines.sessions import SegmentSessions
@@ -27,6 +31,7 @@ from .tables import ImageTable, TableName, describe
 from .training import Training, evaluate_table, plan_slices
 
 PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
+LOG = logging.getLogger("gpcnn")
 
 # Metrics whose image-weighted mean over segments equals the metric over all images.
 MEAN_METRICS = frozenset(
@@ -50,12 +55,19 @@ MEAN_METRICS = frozenset(
 OPTIMIZER_STATES = ("reset", "local", "average")
 
 
-class GreenplumCNN(BaseEstimator):
+class GreenplumCNN(ClassifierMixin, BaseEstimator):
     """Train a Keras model data-parallel over the segments of an image table.
 
     Parameters are stored untouched; ``fit`` never changes ``model``. Learned state ends in ``_``:
     ``model_`` (a local Keras model with the merged weights), ``history_`` (one dict per
     iteration), ``run_id_``, ``segments_``, ``classes_``, ``class_names_``.
+
+    One iteration is one Keras epoch to callbacks: ``iterations`` is the total, like ``epochs``;
+    ``validation_freq`` and ``verbose`` (0 silent, 1 a progress bar, 2 a line per iteration) mean
+    what they mean in Keras. The learning rate the segments use is set by the client every
+    iteration from ``model_``'s optimizer, so ``LearningRateScheduler`` and ``ReduceLROnPlateau``
+    work, and a ``LearningRateSchedule`` continues across merges (its step: the batches the
+    busiest segment trained so far). Merge options are also reachable as ``merge__<name>``.
 
     ``shuffle=True`` trains each buffer's images in a new order every iteration (what Keras's
     ``fit`` inside MADlib's transition does); the default keeps the stored order, which the study
@@ -80,10 +92,10 @@ class GreenplumCNN(BaseEstimator):
         optimizer_state: str = "reset",
         database: str | Database | None = None,
         validation_table: str | tuple | None = None,
-        validation_data: tuple | None = None,
+        validation_freq: int | Sequence[int] = 1,
         seed: int | None = None,
         threads_per_segment: int | None = None,
-        progress: bool = True,
+        verbose: int = 1,
         warm_start: bool = False,
     ) -> None:
         self.model = model
@@ -101,10 +113,10 @@ class GreenplumCNN(BaseEstimator):
         self.optimizer_state = optimizer_state
         self.database = database
         self.validation_table = validation_table
-        self.validation_data = validation_data
+        self.validation_freq = validation_freq
         self.seed = seed
         self.threads_per_segment = threads_per_segment
-        self.progress = progress
+        self.verbose = verbose
         self.warm_start = warm_start
 
     def __sklearn_clone__(self) -> GreenplumCNN:
@@ -126,6 +138,16 @@ class GreenplumCNN(BaseEstimator):
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if not isinstance(self.shuffle, bool | np.bool_):
             raise ValueError(f"shuffle must be True or False, got {self.shuffle!r}")
+        if self.verbose not in (0, 1, 2) or isinstance(self.verbose, bool):
+            raise ValueError(f"verbose must be 0, 1 or 2 (as in Keras), got {self.verbose!r}")
+        freq = self.validation_freq
+        if isinstance(freq, int | np.integer) and not isinstance(freq, bool):
+            if freq < 1:
+                raise ValueError(f"validation_freq must be >= 1, got {freq}")
+        elif not (isinstance(freq, Sequence) and all(isinstance(i, int) and i >= 1 for i in freq)):
+            raise ValueError(
+                f"validation_freq must be a positive integer or a list of iterations, got {freq!r}"
+            )
         if self.local_epochs > 1 and self.merges_per_epoch > 1:
             raise ValueError("local_epochs > 1 needs merges_per_epoch=1 (one merge per pass)")
         for metric in self.metrics:
@@ -158,8 +180,8 @@ class GreenplumCNN(BaseEstimator):
     def _local_model(self, model_json: str, compile_options: dict) -> Any:
         keras = segment.keras_module()
         model = keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
-        model.compile(
-            optimizer=keras.optimizers.deserialize(compile_options["optimizer"]),
+        model.compile(  # deserialize a copy: Keras replaces a schedule's config in place
+            optimizer=keras.optimizers.deserialize(copy.deepcopy(compile_options["optimizer"])),
             loss=compile_options["loss"],
             metrics=list(compile_options["metrics"]),
         )
@@ -184,17 +206,72 @@ class GreenplumCNN(BaseEstimator):
 
     # -- fit --------------------------------------------------------------------------------
 
-    def fit(self, table: str | tuple[str, str], resume: int | None = None) -> GreenplumCNN:
-        """Train for ``iterations`` merges over ``table``; ``resume=run_id`` continues a stored run."""
+    def fit(
+        self,
+        X,
+        y=None,
+        *,
+        callbacks: Sequence[Any] | None = None,
+        validation_data=None,
+        resume: int | None = None,
+    ) -> GreenplumCNN:
+        """Train until ``iterations`` merges over ``X``: an image table, or arrays ``X, y``
+        (staged into a gpcnn-owned table for the call's lifetime). ``validation_data``: a table
+        or ``(x, y)``, instead of the ``validation_table`` parameter. ``callbacks``: Keras
+        callbacks, called per iteration with ``model_`` as their model. ``resume=run_id``
+        continues a stored run."""
         self._check_params()
-        name = TableName.parse(table)
         db = self._db()
+        table = self._training_table(db, X, y)
+        validation = self.validation_table if validation_data is None else validation_data
+        return self._fit(db, table, validation, callbacks, resume, self.iterations)
+
+    def partial_fit(self, X, y=None, *, callbacks=None, validation_data=None) -> GreenplumCNN:
+        """One more iteration: of the current run when ``X`` is its table, else from ``model_``'s
+        weights in a new run (the history goes on)."""
+        if not hasattr(self, "model_"):
+            self._check_params()
+            db = self._db()
+            table = self._training_table(db, X, y)
+            return self._fit(db, table, self._validation_of(validation_data), callbacks, None, 1)
+        db = self._db()
+        table = self._training_table(db, X, y)
+        total = len(self.history_) + 1
+        validation = self._validation_of(validation_data)
+        if str(describe(db, table).table) == runs.load_run(db, self.run_id_).table:
+            return self._fit(db, table, validation, callbacks, self.run_id_, total)
+        return self._fit(db, table, validation, callbacks, None, total, warm=True)
+
+    def _validation_of(self, validation_data):
+        return self.validation_table if validation_data is None else validation_data
+
+    def _training_table(self, db: Database, X, y):
+        if _is_table(X):
+            if y is not None:
+                raise ValueError("y goes with arrays: a table holds its labels")
+            return X
+        units = int(self.model.output_shape[-1])
+        name = staging.stage(db, X, y, num_classes=units, seed=self.seed)
+        staged = self.__dict__.setdefault("_staged", [])
+        staged.append(name)
+        if "_staged_finalizer" not in self.__dict__:
+            self._staged_finalizer = weakref.finalize(self, staging.drop_staged, db, staged)
+        return name
+
+    def _fit(self, db, table, validation_source, callbacks, resume, total, warm=None):
+        name = TableName.parse(table)
         ensure_installed(db)
         info = describe(db, name)
         self._check_model_fits(info)
         validation = None
-        if self.validation_table is not None:
-            validation = describe(db, self.validation_table)
+        if (
+            isinstance(validation_source, tuple)
+            and len(validation_source) == 2
+            and not _is_table(validation_source)
+        ):
+            validation = tuple(np.asarray(v) for v in validation_source)
+        elif validation_source is not None:
+            validation = describe(db, validation_source)
             self._check_model_fits(validation)
         compile_options = self._compile_options()
         model_json = self.model.to_json()
@@ -213,6 +290,7 @@ class GreenplumCNN(BaseEstimator):
             "threads": int(threads),
             "optimizer_state": self.optimizer_state,
         }
+        warm = (self.warm_start if warm is None else warm) and hasattr(self, "model_")
 
         stored = None
         if resume is not None:
@@ -225,8 +303,8 @@ class GreenplumCNN(BaseEstimator):
                 raise ValueError(f"run {resume} trained another model: resume it with the same one")
             run_id, history = resume, stored.iterations
         else:
-            history = list(self.history_) if self.warm_start and hasattr(self, "model_") else []
-            start = self.model_ if history else self.model
+            history = list(self.history_) if warm else []
+            start = self.model_ if warm else self.model
             run_id = runs.create_run(db, str(info.table), self.stored_params(), model_json)
 
         self.model_ = self._local_model(model_json, compile_options)
@@ -238,7 +316,9 @@ class GreenplumCNN(BaseEstimator):
         self._model_json, self._options = model_json, options
         self._validation_model = None
         first = len(history) + 1
-        last = (len(history) + self.iterations) if resume is None else self.iterations
+        schedule = _learning_rate_schedule(self.model_)
+        steps = max(max(p.batches(int(self.batch_size), int(self.local_epochs))) for p in slices)
+        hooks = self._callbacks(callbacks, total)
         with self._holding_sessions() as sessions:
             training = Training(
                 db=db,
@@ -251,9 +331,10 @@ class GreenplumCNN(BaseEstimator):
                 rule=rule,
                 slices=slices,
                 local_epochs=int(self.local_epochs),
-                evaluate=lambda weights: self._validation(validation, weights),
+                evaluate=lambda weights, it: self._validation(validation, weights, it),
             )
             bar = None
+            status = "finished"
             try:
                 if stored is not None:
                     training.restore(stored)
@@ -261,14 +342,22 @@ class GreenplumCNN(BaseEstimator):
                 else:
                     training.start(wire.flatten(start.get_weights()))
                 wire.set_model_weights(self.model_, rule.model())
-                bar = self._progress_bar(first, last)
-                for iteration in range(first, last + 1):
+                bar = self._progress_bar(first, total)
+                hooks.on_train_begin()
+                for iteration in range(first, total + 1):
+                    hooks.on_epoch_begin(iteration - 1)
+                    training.options = {
+                        **options,
+                        **_rate_options(self.model_, schedule, (iteration - 1) * steps),
+                    }
                     row = database_call(f"iteration {iteration}", training.step, iteration)
                     wire.set_model_weights(self.model_, rule.model())
                     self.history_.append(row)
-                    if bar is not None:
-                        bar.update(1)
-                        bar.set_postfix({k: f"{row[k]:.4f}" for k in PROGRESS_KEYS if k in row})
+                    self._report(row, total, bar)
+                    hooks.on_epoch_end(iteration - 1, logs=_logs(row))
+                    if self.model_.stop_training:
+                        status = "stopped_early"
+                        break
             except TrainingError as e:
                 _record_failure(db, run_id, e)
                 raise e.continued(_resume_hint(run_id, self.history_)) from None
@@ -278,26 +367,49 @@ class GreenplumCNN(BaseEstimator):
             finally:
                 if bar is not None:
                     bar.close()
-        runs.set_status(db, run_id, "finished")
+        runs.set_status(db, run_id, status)
+        hooks.on_train_end(logs=_logs(self.history_[-1]) if self.history_ else None)
         return self
 
-    def _validation(self, validation: ImageTable | None, weights: bytes) -> dict | None:
-        if validation is not None:
+    def _callbacks(self, callbacks, total: int):
+        """Keras's CallbackList around ``model_``: one epoch per iteration."""
+        keras = segment.keras_module()
+        self.model_.stop_training = False
+        return keras.callbacks.CallbackList(
+            list(callbacks or []), model=self.model_, epochs=total, verbose=0, steps=None
+        )
+
+    def _report(self, row: dict, total: int, bar) -> None:
+        shown = {k: f"{row[k]:.4f}" for k in PROGRESS_KEYS if k in row}
+        LOG.info("run %s iteration %d/%d: %s", self.run_id_, row["iteration"], total, shown)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(shown)
+        if self.verbose == 2:
+            values = " - ".join(f"{k}: {v}" for k, v in shown.items())
+            print(f"Iteration {row['iteration']}/{total} - {row['seconds']:.1f}s - {values}")
+
+    def _validation(self, validation, weights: bytes, iteration: int) -> dict | None:
+        if validation is None or not self._validates(iteration):
+            return None
+        if isinstance(validation, ImageTable):
             return self._evaluate_table(validation, weights)
-        if self.validation_data is not None:
-            if getattr(self, "_validation_model", None) is None:
-                self._validation_model = self._local_model(
-                    self._model_json, self._options["compile"]
-                )
-            wire.set_model_weights(self._validation_model, weights)
-            return _evaluate_arrays(self._validation_model, *self.validation_data)
-        return None
+        if getattr(self, "_validation_model", None) is None:
+            self._validation_model = self._local_model(self._model_json, self._options["compile"])
+        wire.set_model_weights(self._validation_model, weights)
+        return _evaluate_arrays(self._validation_model, *validation)
+
+    def _validates(self, iteration: int) -> bool:
+        freq = self.validation_freq
+        if isinstance(freq, int | np.integer):
+            return iteration % int(freq) == 0
+        return iteration in freq
 
     # -- in-database evaluation and prediction ------------------------------------------------
 
     def _require_fitted(self) -> None:
         if not hasattr(self, "model_"):
-            raise RuntimeError("this GreenplumCNN is not fitted yet: call fit(table) first")
+            raise NotFittedError("this GreenplumCNN is not fitted yet: call fit(table) first")
 
     @contextlib.contextmanager
     def _holding_sessions(self) -> Iterator[SegmentSessions]:
@@ -405,13 +517,39 @@ class GreenplumCNN(BaseEstimator):
             raise ValueError("evaluate(x, y) needs labels for arrays")
         return _evaluate_arrays(self.model_, x, y)
 
-    def score(self, x, y=None) -> float:
-        """Accuracy, the scikit-learn classifier convention."""
-        if _is_table(x):
-            from .tables import read_images
+    def score(self, X, y=None, sample_weight=None) -> float:
+        """Accuracy, the scikit-learn classifier convention: of a table computed in the
+        database (only the count of correct images comes back), of arrays locally."""
+        self._require_fitted()
+        if _is_table(X):
+            if y is not None or sample_weight is not None:
+                raise ValueError("score(table) takes no y or sample_weight: the table has labels")
+            info = self._table_info(X)
+            self._check_model_fits(info)
+            compile_options = {**self._options["compile"], "metrics": ["accuracy"]}
+            options = {**self._options, "compile": compile_options}
+            with self._holding_sessions() as sessions:
+                values = evaluate_table(
+                    self._db(), sessions, info, self._model_json, options,
+                    wire.model_to_bytes(self.model_),
+                )  # fmt: skip
+            return float(values["accuracy"])
+        if y is None:
+            raise ValueError("score(x, y) needs labels for arrays")
+        correct = self.predict(X) == np.asarray(y)
+        return float(np.average(correct, weights=sample_weight))
 
-            x, y = read_images(self._db(), x)
-        return float(np.mean(self.predict(x) == np.asarray(y)))
+    def set_params(self, **params) -> GreenplumCNN:
+        """scikit-learn's, plus skorch-style routing: ``merge__eta=0.9`` sets ``merge_options``'s
+        ``eta``, checked against the rule's options."""
+        routed = {
+            k.split("__", 1)[1]: params.pop(k) for k in list(params) if k.startswith("merge__")
+        }
+        if routed:
+            options = {**(params.get("merge_options", self.merge_options) or {}), **routed}
+            merge.check_options(params.get("merge", self.merge), options, segments=1)
+            params["merge_options"] = options
+        return super().set_params(**params)
 
     # -- persistence --------------------------------------------------------------------------
 
@@ -426,7 +564,8 @@ class GreenplumCNN(BaseEstimator):
         if isinstance(params["database"], Database):
             params["database"] = params["database"].url.render_as_string(hide_password=True)
         params["metrics"] = list(params["metrics"])
-        params["validation_data"] = None if params["validation_data"] is None else "arrays"
+        if not isinstance(params["validation_freq"], int):
+            params["validation_freq"] = list(params["validation_freq"])
         if isinstance(params["validation_table"], tuple):
             params["validation_table"] = list(params["validation_table"])
         return params
@@ -468,10 +607,10 @@ class GreenplumCNN(BaseEstimator):
         else:
             model = keras.saving.load_model(path, safe_mode=True, compile=False)
         params = dict(sidecar["params"])
-        params.pop("schema", None)  # saved before the handle carried the schema
+        for old in ("schema", "validation_data", "progress"):  # parameters of gpcnn 0.1
+            params.pop(old, None)
         if isinstance(params["optimizer"], dict):
             params["optimizer"] = keras.optimizers.deserialize(params["optimizer"])
-        params["validation_data"] = None
         params["metrics"] = tuple(params["metrics"])
         if isinstance(params["validation_table"], list):
             params["validation_table"] = tuple(params["validation_table"])
@@ -490,11 +629,14 @@ class GreenplumCNN(BaseEstimator):
     # -- sessions -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Nothing to give back between calls: the estimator holds its segment sessions (each a
-        server process with TensorFlow loaded) only while ``fit``, ``evaluate`` or ``predict``
-        runs, then they wait in the process's pool for the next call, closed when idle too long
-        or by ``gpcnn.release_sessions()``. Kept, with ``with``, for code written when fitted
-        estimators held their sessions."""
+        """Drop the tables that ``fit`` staged for arrays (garbage collection does it too).
+        Segment sessions (each a server process with TensorFlow loaded) are held only while
+        ``fit``, ``evaluate`` or ``predict`` runs, then wait in the process's pool for the next
+        call, closed when idle too long or by ``gpcnn.release_sessions()``."""
+        finalizer = self.__dict__.pop("_staged_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+        self.__dict__.pop("_staged", None)
 
     def __enter__(self) -> GreenplumCNN:
         return self
@@ -504,16 +646,44 @@ class GreenplumCNN(BaseEstimator):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.pop("_sessions", None)
-        state.pop("_validation_model", None)
+        for private in ("_sessions", "_validation_model", "_staged", "_staged_finalizer"):
+            state.pop(private, None)  # a copy does not own the tables its original staged
         return state
 
     def _progress_bar(self, first: int, last: int):
-        if not self.progress or last < first:
+        if self.verbose != 1 or last < first:
             return None
         from tqdm.auto import tqdm
 
         return tqdm(total=last - first + 1, desc=f"run {self.run_id_}", unit="it")
+
+
+def _learning_rate_schedule(model) -> Any:
+    """The optimizer's ``LearningRateSchedule``, or None for a plain rate."""
+    keras = segment.keras_module()
+    rate = getattr(model.optimizer, "_learning_rate", None)
+    return rate if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) else None
+
+
+def _rate_options(model, schedule, step: int) -> dict:
+    """What the segments set before an iteration: the schedule's step (batches trained so far),
+    or the rate that callbacks may have changed on ``model_``."""
+    if schedule is not None:
+        return {"optimizer_step": int(step)}
+    keras = segment.keras_module()
+    return {"learning_rate": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))}
+
+
+def _logs(row: dict) -> dict:
+    """The iteration's numbers, as Keras callbacks read logs (the epoch is their argument:
+    ``epoch`` and ``iteration`` would collide with ModelCheckpoint's ``{epoch}``)."""
+    return {
+        k: v
+        for k, v in row.items()
+        if k not in ("epoch", "iteration")
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+    }
 
 
 def _record_failure(db: Database, run_id: int, error: BaseException) -> None:

@@ -232,7 +232,7 @@ def run_one(
             database=db,
             validation_table=test,
             seed=spec.seed,
-            progress=progress,
+            verbose=1 if progress else 0,
         )
         with est:
             est.fit(train, resume=runs.find_unfinished(db, train, est.stored_params()))

@@ -17,13 +17,15 @@ from .engines import Database, catalog, connect
 # Parameters that do not change what a run computes: a run may be resumed with other values.
 NON_RESULT_PARAMS = frozenset(
     {
-        "progress",
+        "progress",  # gpcnn 0.1
+        "verbose",
         "database",
-        "schema",
+        "schema",  # gpcnn 0.1
         "iterations",
         "warm_start",
         "validation_table",
-        "validation_data",
+        "validation_data",  # gpcnn 0.1
+        "validation_freq",
     }
 )
 

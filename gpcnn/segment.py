@@ -156,6 +156,15 @@ def reset_optimizer(model: Any) -> None:
         var.assign(start)
 
 
+def set_rate(model: Any, options: dict) -> None:
+    """The client's learning rate for this iteration, or the step of its learning-rate schedule
+    (batches trained so far), so that schedules and callbacks act across merges."""
+    if options.get("learning_rate") is not None:
+        model.optimizer.learning_rate = float(options["learning_rate"])
+    if options.get("optimizer_step") is not None:
+        model.optimizer.iterations.assign(int(options["optimizer_step"]))
+
+
 def seed_everything(model: Any, seed: int | None, iteration: int, key: int) -> None:
     """Fix Dropout masks and any other randomness for this (run seed, iteration, segment)."""
     if seed is None:
@@ -262,6 +271,7 @@ def train_transition(
             wire.set_optimizer_vector(model, wire.from_bytes(optimizer))
         else:
             reset_optimizer(model)
+        set_rate(model, options)
         seed_everything(model, options.get("seed"), options.get("iteration", 0), key)
     else:
         count, sums, _ = decode_state(state)

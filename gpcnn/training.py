@@ -10,6 +10,7 @@ the row and what a resume needs are stored in one transaction.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +32,11 @@ class Slice:
     first: list[int]
     stop: list[int]
     expected: list[int]
+    sizes: list[list[int]]  # each key's buffers' image counts (one pass)
+
+    def batches(self, batch_size: int, epochs: int) -> list[int]:
+        """Mini-batches each key trains in this slice (a buffer's last batch may be short)."""
+        return [epochs * sum(math.ceil(n / batch_size) for n in key) for key in self.sizes]
 
 
 def plan_slices(db: Database, info: ImageTable, merges_per_epoch: int, epochs: int) -> list[Slice]:
@@ -45,13 +51,14 @@ def plan_slices(db: Database, info: ImageTable, merges_per_epoch: int, epochs: i
     groups = {k: np.array_split(np.arange(len(b)), merges_per_epoch) for k, b in buffers.items()}
     slices = []
     for j in range(merges_per_epoch):
-        first, stop, expected = [], [], []
+        first, stop, expected, sizes = [], [], [], []
         for key in info.keys:
             part = [buffers[key][i] for i in groups[key][j]]
             first.append(part[0][0])
             stop.append(part[-1][0] + 1)
             expected.append(sum(n for _, n in part) * epochs)
-        slices.append(Slice(first, stop, expected))
+            sizes.append([n for _, n in part])
+        slices.append(Slice(first, stop, expected, sizes))
     return slices
 
 
@@ -206,7 +213,7 @@ class Training:
             "epoch": iteration * self.local_epochs / len(self.slices),
             "images": int(metrics.pop("images")),
             **{k: float(v) for k, v in metrics.items()},
-            **self._validation(model, segments),
+            **self._validation(model, segments, iteration),
             "db_seconds": db_seconds,
         }
         row["seconds"] = time.perf_counter() - started
@@ -241,14 +248,14 @@ class Training:
             )
         return metrics, average, segments
 
-    def _validation(self, model: np.ndarray, segments: dict | None) -> dict:
-        values = self.evaluate(wire.to_bytes(model))
+    def _validation(self, model: np.ndarray, segments: dict | None, iteration: int) -> dict:
+        values = self.evaluate(wire.to_bytes(model), iteration)
         if values is None:
             return {}
         row = {f"val_{k}": v for k, v in values.items() if k != "images"}
         if isinstance(self.rule, merge.NoMerge):
             # K workers that never merge: their own curves, their mean, and the one-shot average.
-            per_key = {k: self.evaluate(wire.to_bytes(w)) for k, w in segments.items()}
+            per_key = {k: self.evaluate(wire.to_bytes(w), iteration) for k, w in segments.items()}
             row = {f"{name}_average": v for name, v in row.items()}
             for name in values:
                 if name == "images":

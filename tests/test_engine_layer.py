@@ -41,7 +41,7 @@ def table(engine):
 
 
 def fitted(engine, table, **params) -> GreenplumCNN:
-    params = {"iterations": 1, "seed": 1, "progress": False, "threads_per_segment": 1, **params}
+    params = {"iterations": 1, "seed": 1, "verbose": 0, "threads_per_segment": 1, **params}
     with GreenplumCNN(tiny_model(), database=engine, **params) as est:
         est.fit(str(table.table))
     return est
@@ -166,7 +166,7 @@ def test_run_status_follows_the_fit(engine, table):
     est = fitted(engine, table, iterations=2)
     assert runs.load_run(engine, est.run_id_).status == "finished"
     diverged = GreenplumCNN(
-        tiny_model(), database=engine, iterations=3, learning_rate=1e38, progress=False
+        tiny_model(), database=engine, iterations=3, learning_rate=1e38, verbose=0
     )
     with pytest.raises(gpcnn.TrainingError, match="diverged"), diverged:
         diverged.fit(str(table.table))

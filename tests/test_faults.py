@@ -50,7 +50,7 @@ def small_cnn():
 
 
 def estimator(engine, model, **params) -> GreenplumCNN:
-    defaults = dict(batch_size=2, seed=1, database=engine, threads_per_segment=1, progress=False)
+    defaults = dict(batch_size=2, seed=1, database=engine, threads_per_segment=1, verbose=0)
     return GreenplumCNN(model, **{**defaults, **params})
 
 

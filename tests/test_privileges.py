@@ -70,7 +70,7 @@ def small_cnn():
 
 
 def estimator(db, **params) -> gpcnn.GreenplumCNN:
-    defaults = dict(iterations=1, seed=0, database=db, threads_per_segment=1, progress=False)
+    defaults = dict(iterations=1, seed=0, database=db, threads_per_segment=1, verbose=0)
     return gpcnn.GreenplumCNN(small_cnn(), **{**defaults, **params})
 
 

@@ -85,7 +85,7 @@ def estimator(db, iterations: int = ITERATIONS) -> gpcnn.GreenplumCNN:
         seed=0,
         database=db,
         threads_per_segment=1,
-        progress=False,
+        verbose=0,
     )
 
 

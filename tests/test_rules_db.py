@@ -84,7 +84,7 @@ def estimator(engine, schema, model, **params) -> GreenplumCNN:
         seed=SEED,
         database=engine,
         threads_per_segment=1,
-        progress=False,
+        verbose=0,
     )
     return GreenplumCNN(model, **{**defaults, **params})
 

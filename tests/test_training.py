@@ -88,7 +88,7 @@ def estimator(engine, schema, model, **params):
         seed=11,
         database=engine,
         threads_per_segment=1,
-        progress=False,
+        verbose=0,
     )
     return GreenplumCNN(model, **{**defaults, **params})
 
@@ -182,6 +182,31 @@ def test_single_segment_equals_plain_keras(engine, schema, tables, data):
         plain.compile(
             optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="sparse_categorical_crossentropy"
         )
+        for images, labels in buffers:
+            x = segment.to_model_input(images)
+            for start in range(0, len(x), BATCH):
+                plain.train_on_batch(x[start : start + BATCH], labels[start : start + BATCH])
+    np.testing.assert_allclose(
+        wire.flatten(est.model_.get_weights()), wire.flatten(plain.get_weights()), atol=1e-6
+    )
+
+
+def test_a_learning_rate_schedule_continues_across_merges(engine, schema, tables):
+    """One segment with a decaying schedule equals one plain Keras optimizer trained through
+    both iterations: the segments' schedule step continues (batches trained so far) where a
+    fresh optimizer per merge would restart it."""
+    model = tiny_cnn()
+    decay = keras.optimizers.schedules.ExponentialDecay(0.2, decay_steps=1, decay_rate=0.8)
+    with estimator(
+        engine, schema, model, iterations=2, optimizer=keras.optimizers.SGD(decay),
+        learning_rate=None,
+    ) as est:  # fmt: skip
+        est.fit(tables[1])
+    plain = keras.models.model_from_json(model.to_json())
+    plain.set_weights(model.get_weights())
+    plain.compile(optimizer=keras.optimizers.SGD(decay), loss="sparse_categorical_crossentropy")
+    (buffers,) = shards(engine, schema, tables[1]).values()
+    for _ in range(2):
         for images, labels in buffers:
             x = segment.to_model_input(images)
             for start in range(0, len(x), BATCH):

@@ -1,0 +1,54 @@
+"""Arrays given to ``GreenplumCNN.fit`` become a real image table (the K segment sessions must see
+it), owned by gpcnn in the schema ``<gpcnn schema>_staging`` and dropped when the estimator that
+staged it is closed or garbage-collected; ``sweep`` (``gpcnn tables drop --staging``) removes any
+that a killed process left behind."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+
+import numpy as np
+
+from .engines import Database
+from .tables import drop_table, list_tables, load_images
+
+SCHEMA_SUFFIX = "_staging"
+
+
+def schema_of(db: Database) -> str:
+    return f"{db.schema}{SCHEMA_SUFFIX}"
+
+
+def stage(db: Database, x, y, *, num_classes: int | None, seed: int | None) -> str:
+    """Load ``x, y`` into a new staging table; returns its name."""
+    if y is None:
+        raise ValueError("fit(x, y) needs labels for arrays (a table name needs none)")
+    name = f"{schema_of(db)}.arrays_{uuid.uuid4().hex[:16]}"
+    load_images(
+        db,
+        name,
+        np.asarray(x),
+        np.asarray(y),
+        num_classes=num_classes,
+        seed=0 if seed is None else int(seed),
+        progress=False,
+        source="arrays staged by GreenplumCNN.fit",
+    )
+    return name
+
+
+def drop_staged(db: Database, names: list[str]) -> None:
+    """Drop staging tables (a finalizer: never raises)."""
+    for name in names:
+        with contextlib.suppress(Exception):  # the server may be gone at exit: sweep() later
+            drop_table(db, name, missing_ok=True)
+    names.clear()
+
+
+def sweep(db: Database) -> list[str]:
+    """Drop every staging table of ``db``'s schema; returns their names."""
+    staged = [str(t.table) for t in list_tables(db) if t.table.schema == schema_of(db)]
+    for name in staged:
+        drop_table(db, name, missing_ok=True)
+    return staged
