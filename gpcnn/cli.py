@@ -102,8 +102,15 @@ def cmd_tables(args: argparse.Namespace) -> int:
                 f"{info.segments} segments"
             )
         return 0
+    if args.staging:
+        from .staging import sweep
+
+        for name in sweep(db):
+            print(f"dropped staging table {name}")
+        if not args.tables:
+            return 0
     if not args.tables:
-        raise ValueError("gpcnn tables drop needs table names")
+        raise ValueError("gpcnn tables drop needs table names (or --staging)")
     for table in args.tables:
         if drop_table(db, table, missing_ok=args.missing_ok):
             print(f"dropped {table}")
@@ -328,6 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
     tables.add_argument("action", choices=["list", "drop"])
     tables.add_argument("tables", nargs="*", help="tables to drop ([schema.]name)")
     tables.add_argument("--missing-ok", action="store_true", help="no error for absent tables")
+    tables.add_argument(
+        "--staging", action="store_true", help="drop the tables fit() staged for arrays"
+    )
     tables.set_defaults(func=cmd_tables)
 
     load = with_database(

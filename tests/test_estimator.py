@@ -211,7 +211,9 @@ def test_cross_val_score_and_grid_search_over_merge(engine, data):
     del staged
     gc.collect()
     assert len(_staged(engine)) == 1
-    assert len(staging.sweep(engine)) == 1 and _staged(engine) == []
+    url = engine.url.render_as_string(hide_password=False)
+    argv = ["tables", "drop", "--staging", "--database", url, "--schema", engine.schema]
+    assert cli.main(argv) == 0 and _staged(engine) == []
 
 
 # -- the command line -----------------------------------------------------------------------------
