@@ -259,6 +259,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         return name
 
     def _fit(self, db, table, validation_source, callbacks, resume, total, warm=None):
+        self._check_callbacks(callbacks)
         name = TableName.parse(table)
         ensure_installed(db)
         info = describe(db, name)
@@ -372,12 +373,28 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         return self
 
     def _callbacks(self, callbacks, total: int):
-        """Keras's CallbackList around ``model_``: one epoch per iteration."""
+        """Keras's CallbackList around ``model_``: one epoch per iteration. A callback that acts
+        per batch was refused by ``_check_callbacks``."""
         keras = segment.keras_module()
         self.model_.stop_training = False
         return keras.callbacks.CallbackList(
             list(callbacks or []), model=self.model_, epochs=total, verbose=0, steps=None
         )
+
+    @staticmethod
+    def _check_callbacks(callbacks) -> None:
+        """Refuse, before any work, a callback that acts per batch: the batches run inside the
+        segments, out of its reach."""
+        keras = segment.keras_module()
+        for callback in callbacks or []:
+            hooks = _batch_hooks(keras, callback)
+            if hooks:
+                raise ValueError(
+                    f"{type(callback).__name__} acts per batch ({', '.join(hooks)}), but the "
+                    "batches run inside the segments: gpcnn calls the epoch hooks only, one "
+                    "epoch per iteration (TensorBoard with update_freq='epoch' and no profiling, "
+                    "ModelCheckpoint with save_freq='epoch' are fine)"
+                )
 
     def _report(self, row: dict, total: int, bar) -> None:
         shown = {k: f"{row[k]:.4f}" for k in PROGRESS_KEYS if k in row}
@@ -672,6 +689,26 @@ def _rate_options(model, schedule, step: int) -> dict:
         return {"optimizer_step": int(step)}
     keras = segment.keras_module()
     return {"learning_rate": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))}
+
+
+BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
+
+
+def _batch_hooks(keras, callback) -> list[str]:
+    """The per-batch hooks a callback really uses (Keras's own that only log per epoch, as
+    configured, use none)."""
+    callbacks = keras.callbacks
+    if isinstance(callback, callbacks.TensorBoard):
+        epochal = callback.update_freq == "epoch" and not getattr(callback, "_stop_batch", 0)
+        return [] if epochal else ["update_freq or profile_batch"]
+    if isinstance(callback, callbacks.ModelCheckpoint):
+        return [] if callback.save_freq == "epoch" else ["save_freq"]
+    base = callbacks.Callback
+    return [
+        hook
+        for hook in BATCH_HOOKS
+        if getattr(type(callback), hook) is not getattr(base, hook) or hook in vars(callback)
+    ]
 
 
 def _logs(row: dict) -> dict:

@@ -37,7 +37,7 @@ def estimator(db) -> gpcnn.GreenplumCNN:
         ]
     )
     return gpcnn.GreenplumCNN(
-        model, iterations=2, seed=3, database=db, threads_per_segment=1, progress=False
+        model, iterations=2, seed=3, database=db, threads_per_segment=1, verbose=0
     )
 
 

@@ -88,6 +88,19 @@ def test_model_checkpoint_csv_logger_and_tensorboard_work_unchanged(engine, tabl
     assert list((tmp_path / "tb").rglob("events.out.tfevents.*"))
 
 
+def test_callbacks_that_act_per_batch_are_refused_before_any_work(engine, table):
+    per_batch = [
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.LambdaCallback(on_batch_end=lambda batch, logs: None),
+        keras.callbacks.ModelCheckpoint("/tmp/never.keras", save_freq=5),
+    ]
+    before = len(runs.list_runs(engine))
+    for callback in per_batch:
+        with pytest.raises(ValueError, match="acts per batch"):
+            make(engine).fit(table, callbacks=[callback])
+    assert len(runs.list_runs(engine)) == before  # refused before a run was created
+
+
 def test_learning_rate_scheduler_sets_the_rate_the_segments_use(engine, table):
     frozen = keras.callbacks.LearningRateScheduler(lambda epoch, lr: 0.0 if epoch >= 1 else lr)
     one = make(engine, iterations=1).fit(table)

@@ -439,7 +439,7 @@ def test_errors_name_the_problem_before_training(engine, schema, tables):
         estimator(engine, schema, tiny_cnn(classes=5)).fit(tables[2])
     with pytest.raises(ValueError, match="not a gpcnn image table"):
         estimator(engine, schema, tiny_cnn()).fit(f"{DATA_SCHEMA}.nothing_here")
-    with pytest.raises(ValueError, match="load_images"):
+    with pytest.raises(ValueError, match="needs labels for arrays"):
         estimator(engine, schema, tiny_cnn()).fit(np.zeros((3, 8, 8)))
     with pytest.raises(ValueError, match="metric"):
         estimator(engine, schema, tiny_cnn(), metrics=("auc",)).fit(tables[2])

@@ -75,7 +75,7 @@ def model(*extra):
 
 
 def estimator(net=None, **params):
-    defaults = dict(iterations=1, database=db, threads_per_segment=1, progress=False, seed=0)
+    defaults = dict(iterations=1, database=db, threads_per_segment=1, verbose=0, seed=0)
     return gpcnn.GreenplumCNN(net or model(), **{**defaults, **params})
 
 
