@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from . import weights as wire
 from .engines import Database, catalog, connect
 
 # Parameters that do not change what a run computes: a run may be resumed with other values.
@@ -64,23 +65,24 @@ def load_run(db: Database, run_id: int) -> StoredRun:
         run = catalog.run_row(conn, backend, run_id)
         if run is None:
             raise ValueError(f"no run {run_id} in {db.schema}.runs")
-        metrics = catalog.iteration_metrics(conn, backend, run_id)
-        last = catalog.last_iteration(conn, backend, run_id)
+        metrics = [json.loads(m) for m in catalog.iteration_metrics(conn, backend, run_id)]
+        last = catalog.last_checkpoint(conn, backend, run_id)
         segments = catalog.segment_models(conn, backend, run_id)
+    iteration, parts = last if last is not None else (0, {})
     return StoredRun(
         run_id=run_id,
         table=run.table_name,
         status=run.status,
-        iterations=[json.loads(m) for m in metrics],
-        weights=_bytes(last.weights) if last else None,
-        rule_state=_bytes(last.rule_state) if last else None,
-        optimizer=_bytes(last.optimizer) if last else None,
-        segment_models={k: (bytes(w), _bytes(o)) for k, w, o in segments},
+        iterations=[m for m in metrics if m["iteration"] <= iteration],
+        weights=_bytes(parts.get("weights")),
+        rule_state=_bytes(parts.get("rule_state")),
+        optimizer=_bytes(parts.get("optimizer")),
+        segment_models={k: (wire.to_bytes(w), _bytes(o)) for k, (w, o) in segments.items()},
     )
 
 
-def _bytes(value) -> bytes | None:
-    return None if value is None else bytes(value)
+def _bytes(vector) -> bytes | None:
+    return None if vector is None else wire.to_bytes(vector)
 
 
 def find_unfinished(db: Database | str | None, table: str, params: dict) -> int | None:

@@ -9,7 +9,6 @@ killed mid-COPY) rolls back to the previous table and catalog row, and no stagin
 
 from __future__ import annotations
 
-import io
 import math
 import struct
 import warnings
@@ -21,6 +20,7 @@ import sqlalchemy as sa
 
 from . import __version__
 from .engines import Backend, Database, catalog, connect
+from .engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
 from .segment import LABEL_DTYPE, decode_images, decode_labels
 
 IMAGES_PER_BUFFER_28x28 = 1_000
@@ -169,9 +169,6 @@ def plan_buffers(n_images: int, keys: Sequence[int], buffer_size: int) -> list[B
 
 # -- COPY ---------------------------------------------------------------------------------------
 
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0)
-_COPY_TRAILER = struct.pack("!h", -1)
-
 
 def _copy_row(buf: Buffer, x: np.ndarray, y: np.ndarray, order: np.ndarray, scratch=None):
     """The binary COPY row of one buffer, as chunks (header, images, labels) to send in turn:
@@ -189,45 +186,11 @@ def _copy_row(buf: Buffer, x: np.ndarray, y: np.ndarray, order: np.ndarray, scra
 
 def _copy_chunks(buffers: Sequence[Buffer], x, y, order) -> Iterator[bytes]:
     """The whole binary COPY stream, produced lazily one buffer at a time."""
-    yield _COPY_HEADER
+    yield COPY_HEADER
     scratch = np.empty((max(b.stop - b.start for b in buffers), *x.shape[1:]), dtype=x.dtype)
     for buf in buffers:
         yield from _copy_row(buf, x, y, order, scratch)
-    yield _COPY_TRAILER
-
-
-class _CopyStream(io.RawIOBase):
-    """A file for ``copy_expert`` that hands out the chunks of a binary COPY stream, at most
-    ``size`` bytes per read (a chunk that fits is passed on as is, without a copy)."""
-
-    def __init__(self, chunks: Iterator[bytes], progress) -> None:
-        self._chunks = iter(chunks)
-        self._pending = memoryview(b"")
-        self._whole: bytes | None = None
-        self._progress = progress
-        self.error: BaseException | None = None  # what broke the stream (the driver hides it)
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        while not self._pending:
-            try:
-                chunk = next(self._chunks, None)
-            except BaseException as e:
-                self.error = e
-                raise
-            if chunk is None:
-                return b""
-            self._whole, self._pending = chunk, memoryview(chunk)
-        if size < 0 or size >= len(self._pending):
-            out = self._whole if len(self._pending) == len(self._whole) else bytes(self._pending)
-            self._pending, self._whole = memoryview(b""), None
-        else:
-            out, self._pending = bytes(self._pending[:size]), self._pending[size:]
-        if self._progress is not None:
-            self._progress.update(len(out))
-        return out
+    yield COPY_TRAILER
 
 
 # -- catalog ------------------------------------------------------------------------------------
@@ -434,7 +397,7 @@ def _copy_buffers(conn, backend, table, buffers, x, y, order, progress, label) -
 
         total = x.nbytes + len(y) * LABEL_DTYPE.itemsize + 34 * len(buffers) + 21
         bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", leave=False)
-    stream = _CopyStream(_copy_chunks(buffers, x, y, order), bar)
+    stream = CopyStream(_copy_chunks(buffers, x, y, order), bar)
     try:
         with conn.connection.driver_connection.cursor() as cursor:
             cursor.copy_expert(backend.copy_sql(table), stream, size=1 << 20)

@@ -11,13 +11,19 @@ class GreenplumBackend(Backend):
     kind = "greenplum"
     native_dispatch = "statement"
 
-    def __init__(self, engine: sa.Engine, schema: str = "gpcnn", dispatch: str | None = None):
+    def __init__(
+        self,
+        engine: sa.Engine,
+        schema: str = "gpcnn",
+        dispatch: str | None = None,
+        chunk_bytes: int | None = None,
+    ):
         if dispatch == "sessions":
             raise ValueError(
                 "dispatch='sessions' is PostgreSQL's: on Greenplum one statement reaches every "
                 "segment (dispatch=None or 'statement')"
             )
-        super().__init__(engine, schema, dispatch)
+        super().__init__(engine, schema, dispatch, chunk_bytes)
 
     def default_segments(self) -> int:
         with self.engine.connect() as conn:
@@ -43,6 +49,9 @@ class GreenplumBackend(Backend):
 
     def distribution(self, *columns: str) -> str:
         return f" DISTRIBUTED BY ({', '.join(columns)})"
+
+    def replicated(self) -> str:
+        return " DISTRIBUTED REPLICATED"
 
     KEY_CANDIDATES_PER_SEGMENT = 64
 
