@@ -1,0 +1,184 @@
+"""Big models (issue 12): vectors in chunks everywhere — the start sent to the segments, the
+trained vectors coming back, their merge, the stored checkpoints — exercised with 64 KB chunks and
+a 1M-weight model; statement texts that stay small whatever the model's size; image counts past
+2**24, where MADlib's float32 count stops being exact."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from conftest import TEST_SCHEMA, test_url
+from test_training import estimator, reference, shards
+
+import gpcnn
+from gpcnn import embedded, segment
+from gpcnn import weights as wire
+from gpcnn.engines.base import merge_trained
+from gpcnn.tables import load_images
+
+keras = segment.keras_module()
+
+CHUNK_BYTES = 64 << 10
+DATA_SCHEMA = "gpcnn_big_models_test"
+STATEMENT_LIMIT = 10_000
+
+
+def wide_model():
+    """About 1M weights (4 MB): 63 chunks of 64 KB."""
+    keras.utils.set_random_seed(5)
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(15_000, activation="relu"),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def chunked(engine_any_dispatch):
+    """The test database in each dispatch mode, with 64 KB chunks."""
+    db = gpcnn.connect(
+        test_url(),
+        schema=TEST_SCHEMA,
+        dispatch=engine_any_dispatch.dispatch,
+        chunk_bytes=CHUNK_BYTES,
+    )
+    yield db
+    db.close()
+
+
+@pytest.fixture(scope="module")
+def table(chunked):
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 3, 120)
+    images = rng.integers(0, 120, (120, 8, 8), dtype=np.uint8)
+    for c in range(3):
+        images[labels == c, :, c * 2 : c * 2 + 3] += 120
+    name = f"{DATA_SCHEMA}.wide"
+    load_images(
+        chunked, name, images, labels, segments=2, buffer_size=20, replace=True, progress=False
+    )
+    return name
+
+
+def test_a_multi_chunk_model_trains_to_the_reference_and_resumes_from_chunks(chunked, table):
+    model = wide_model()
+    assert sum(wire.sizes(wire.manifest(model))) > 1_000_000
+    with estimator(chunked, TEST_SCHEMA, model, iterations=2, validation_table=table) as whole:
+        whole.fit(table)
+    got = wire.flatten(whole.model_.get_weights())
+    expected = reference(model, shards(chunked, TEST_SCHEMA, table), 2)
+    np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+    assert whole.history_[-1]["images"] == 120
+
+    with chunked.connect() as conn:
+        count, largest = conn.execute(
+            sa.text(
+                f"SELECT count(*), max(octet_length(data)) FROM {TEST_SCHEMA}.checkpoints "
+                "WHERE run_id = :r AND iteration = 2 AND part = 'weights'"
+            ),
+            {"r": whole.run_id_},
+        ).one()
+        left = conn.execute(sa.text(f"SELECT count(*) FROM {TEST_SCHEMA}.transfers")).scalar()
+    assert count == math.ceil(got.nbytes / CHUNK_BYTES) and largest <= CHUNK_BYTES
+    assert left == 0  # every statement's transfer is deleted after it
+
+    with estimator(chunked, TEST_SCHEMA, model, iterations=1) as first:
+        first.fit(table)
+    with estimator(chunked, TEST_SCHEMA, model, iterations=2) as resumed:
+        resumed.fit(table, resume=first.run_id_)
+    np.testing.assert_array_equal(wire.flatten(resumed.model_.get_weights()), got)
+
+
+def _statements(log: str) -> list[str]:
+    """The statement texts ``log_statement = 'all'`` wrote (log_line_prefix '%m [%p] ')."""
+    entries = re.split(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \w+ \[\d+\] ", log, flags=re.M)
+    marker = "LOG:  statement: "
+    return [e.split(marker, 1)[1] for e in entries if e.startswith(marker)]
+
+
+@pytest.mark.skipif(test_url() is not None, reason="reads the embedded cluster's server log")
+def test_statement_texts_stay_small_whatever_the_model_size(chunked, table):
+    """Weights travel by COPY, as data: every statement of a fit (training, merge, validation,
+    storage) stays under 10 KB with a 4 MB model, whose weights as a literal would take 8 MB."""
+    path = str(embedded.cluster().log_file)
+    admin = chunked.engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def configure(statement: str) -> int:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(statement)
+            conn.exec_driver_sql("SELECT pg_reload_conf()")
+            time.sleep(1)  # the reload reaches the sessions asynchronously
+            return conn.execute(sa.text("SELECT (pg_stat_file(:p)).size"), {"p": path}).scalar()
+
+    start = configure("ALTER SYSTEM SET log_statement = 'all'")
+    try:
+        with estimator(
+            chunked, TEST_SCHEMA, wide_model(), iterations=2, validation_table=table
+        ) as est:
+            est.fit(table)
+    finally:
+        end = configure("ALTER SYSTEM RESET log_statement")
+    with admin.connect() as conn:
+        log = conn.execute(
+            sa.text("SELECT pg_read_file(:p, :start, :length)"),
+            {"p": path, "start": start, "length": end - start},
+        ).scalar()
+    statements = _statements(log)
+    assert any("state_chunks" in s for s in statements), "the training statements were logged"
+    assert any(s.startswith("COPY ") and ".transfers" in s for s in statements)
+    longest = max(statements, key=len)
+    assert len(longest) < STATEMENT_LIMIT, longest[:300]
+
+
+def test_merges_keep_counts_exact_beyond_float32(engine):
+    """Counts of 2**24 + 1 and more: float32 (MADlib's count) rounds them, the merge must not.
+    The in-database chunk merge, the client's merge of K sessions' results and the small
+    states agree with the exact float64 average."""
+    big = 2**24 + 1
+    counts = [big, 1, 2]
+    vectors = [
+        np.array([1.0, 0.5, -3.0, 1e-3], dtype=np.float32),
+        np.array([0.0, 0.25, 7.0, 2.0], dtype=np.float32),
+        np.array([3.0, -1.0, 0.0, 5.0], dtype=np.float32),
+    ]
+    assert np.float32(big) + np.float32(1) + np.float32(2) != big + 3  # float32 loses them
+    exact = (
+        sum(v.astype(np.float64) * n for v, n in zip(vectors, counts, strict=True)) / sum(counts)
+    ).astype(np.float32)
+    states = [segment.encode_state({"count": n, "sums": {"loss": 0.5 * n}}) for n in counts]
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                f"SELECT chunk, {TEST_SCHEMA}.merge_chunks(chunk, count, data ORDER BY key) "
+                "FROM unnest(CAST(:keys AS integer[]), CAST(:chunks AS integer[]), "
+                "CAST(:counts AS bigint[]), CAST(:data AS bytea[])) AS s(key, chunk, count, data) "
+                "GROUP BY chunk ORDER BY chunk"
+            ),
+            {
+                "keys": [0, 1, 2, 0, 1, 2],
+                "chunks": [-1, -1, -1, 0, 0, 0],
+                "counts": counts * 2,
+                "data": states + [v.tobytes() for v in vectors],
+            },
+        ).all()
+    merged_state = segment.decode_state(bytes(rows[0][1]))
+    assert merged_state["count"] == big + 3
+    assert merged_state["sums"]["loss"] == 0.5 * (big + 3)
+    np.testing.assert_array_equal(np.frombuffer(bytes(rows[1][1]), dtype="<f4"), exact)
+
+    per_key = {
+        key: (segment.decode_state(state), {0: memoryview(vector.tobytes())}, n)
+        for key, (state, vector, n) in enumerate(zip(states, vectors, counts, strict=True))
+    }
+    client = merge_trained(per_key)
+    np.testing.assert_array_equal(client.vector, exact)
+    assert client.metrics == {"images": big + 3, "loss": 0.5}
