@@ -349,10 +349,8 @@ def train_transition(
             f"segment {key} saw {header['count']} images, more than the {expected} expected"
         )
     if header["count"] == expected:
-        vector = wire.flatten(model.get_weights())
-        if keep_optimizer:
-            vector = np.concatenate([vector, wire.optimizer_vector(model)])
-        _outbox[header["token"]] = vector
+        extra = list(model.optimizer.variables) if keep_optimizer else []
+        _outbox[header["token"]] = wire.vector_of(list(model.weights) + extra)
     return encode_state(header)
 
 
