@@ -118,6 +118,7 @@ def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
             "error": r.error,
             "merge": json.loads(r.params).get("merge"),
             "iterations": int(r.iterations),
+            "checkpoints": int(r.checkpoints),
             "stored_bytes": int(r.stored_bytes),
             "created_at": r.created_at.isoformat(),
             "updated_at": None if r.updated_at is None else r.updated_at.isoformat(),
@@ -127,15 +128,21 @@ def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
 
 
 def show_run(db: Database | str | None, run_id: int) -> dict:
-    """The run's summary, its parameters and its history."""
+    """The run's summary, its parameters, what it stores (per part: the iterations that keep
+    it, chunks and bytes) and its history."""
     db = connect(db)
     found = list_runs(db, [run_id])
     if not found:
         raise ValueError(f"no run {run_id} in {db.schema}.runs")
-    stored = load_run(db, run_id)
     with db.connect() as conn:
         params = json.loads(catalog.run_row(conn, db.backend, run_id).params)
-    return {**found[0], "params": params, "history": stored.iterations}
+        history = [json.loads(m) for m in catalog.iteration_metrics(conn, db.backend, run_id)]
+        parts = catalog.stored_parts(conn, db.backend, run_id)
+    stored = {
+        part: {"iterations": sorted(iterations), "chunks": int(chunks), "bytes": int(size)}
+        for part, iterations, chunks, size in parts
+    }
+    return {**found[0], "params": params, "stored": stored, "history": history}
 
 
 def delete_runs(db: Database | str | None, run_ids) -> int:

@@ -50,6 +50,23 @@ def _database_call(what: str, call, *args, **kwargs):
 
 
 @dataclass(frozen=True)
+class Retention:
+    """Which iterations keep their checkpoint (model, rule and optimizer state): the last (all a
+    resume needs), the best by validation loss (by training loss without validation) and every
+    ``every``-th; every iteration keeps its metrics."""
+
+    every: int = 10
+
+    def keep(self, rows: Sequence[dict]) -> set[int]:
+        if not rows:
+            return set()
+        score = "val_loss" if all("val_loss" in r for r in rows) else "loss"
+        best = min(rows, key=lambda r: (r[score], r["iteration"]))
+        kept = {rows[-1]["iteration"], best["iteration"]}
+        return kept | {r["iteration"] for r in rows if r["iteration"] % self.every == 0}
+
+
+@dataclass(frozen=True)
 class Slice:
     """The buffers of every key that one iteration trains on (× local epochs)."""
 
@@ -122,12 +139,15 @@ class Training:
         rule: merge.MergeRule,
         slices: Sequence[Slice],
         local_epochs: int,
-        evaluate,  # weights bytes -> {"loss": ..., metric: ...} or None
+        evaluate,  # weights -> {"loss": ..., metric: ...} or None
+        retention: Retention = Retention(),
     ) -> None:
         self.db, self.backend, self.sessions, self.info = db, db.backend, sessions, info
         self.run_id, self.model_json, self.options = run_id, model_json, options
         self.rule, self.slices, self.local_epochs = rule, slices, local_epochs
         self.evaluate = evaluate
+        self.retention = retention
+        self.rows: list[dict] = []  # the run's history so far (what retention decides on)
         self.weight_count = sum(wire.sizes(manifest))
         self.policy = options.get("optimizer_state", "reset")
         # Each segment needs its own start when the rule keeps per-segment models or each
@@ -164,6 +184,7 @@ class Training:
 
     def restore(self, stored) -> None:
         """Continue from a ``runs.StoredRun``."""
+        self.rows = list(stored.iterations)
         segments = {k: wire.from_bytes(w) for k, (w, _) in stored.segment_models.items()}
         state = None if stored.rule_state is None else wire.from_bytes(stored.rule_state)
         self.rule.restore(wire.from_bytes(stored.weights), state, segments)
@@ -291,7 +312,10 @@ class Training:
         return row
 
     def _store(self, row: dict, model: np.ndarray) -> None:
+        """The iteration's row and checkpoint, and the retention rule on older checkpoints, in
+        one transaction."""
         state = self.rule.state()
+        self.rows.append(row)
         with self.db.begin() as conn:
             catalog.insert_iteration(
                 conn,
@@ -299,6 +323,9 @@ class Training:
                 self.run_id,
                 row,
                 {"weights": model, "rule_state": state, "optimizer": self.shared_optimizer},
+            )
+            catalog.prune_checkpoints(
+                conn, self.backend, self.run_id, self.retention.keep(self.rows)
             )
             if self.per_segment:
                 catalog.replace_segment_models(

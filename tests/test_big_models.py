@@ -16,10 +16,11 @@ from conftest import TEST_SCHEMA, test_url
 from test_training import estimator, reference, shards
 
 import gpcnn
-from gpcnn import embedded, segment
+from gpcnn import embedded, runs, segment
 from gpcnn import weights as wire
 from gpcnn.engines.base import merge_trained
 from gpcnn.tables import load_images
+from gpcnn.training import Retention
 
 keras = segment.keras_module()
 
@@ -182,3 +183,37 @@ def test_merges_keep_counts_exact_beyond_float32(engine):
     client = merge_trained(per_key)
     np.testing.assert_array_equal(client.vector, exact)
     assert client.metrics == {"images": big + 3, "loss": 0.5}
+
+
+def test_retention_keeps_the_last_the_best_and_every_kth():
+    rows = [
+        {"iteration": i, "loss": loss, "val_loss": val}
+        for i, loss, val in [
+            (1, 3.0, 2.0),
+            (2, 2.0, 1.0),
+            (3, 1.5, 1.5),
+            (4, 1.0, 1.2),
+            (5, 0.9, 1.4),
+        ]
+    ]
+    assert Retention(every=2).keep(rows) == {5, 2, 4}  # last, best val_loss (2), every 2nd
+    assert Retention(every=10).keep([{k: r[k] for k in ("iteration", "loss")} for r in rows]) == {5}
+    assert Retention().keep([]) == set()
+
+
+def test_a_run_stores_what_retention_keeps_and_shows_its_size(chunked, table):
+    est = estimator(chunked, TEST_SCHEMA, wide_model(), iterations=3, validation_table=table)
+    with est:
+        est.fit(table)
+    shown = runs.show_run(chunked, est.run_id_)
+    expected = sorted(Retention().keep(est.history_))
+    model_bytes = 4 * sum(wire.sizes(wire.manifest(est.model_)))
+    assert shown["stored"]["weights"]["iterations"] == expected
+    assert shown["stored"]["weights"]["bytes"] == model_bytes * len(expected)
+    assert shown["stored"]["weights"]["chunks"] == len(expected) * math.ceil(
+        model_bytes / CHUNK_BYTES
+    )
+    assert shown["checkpoints"] == len(expected)
+    assert shown["stored_bytes"] == sum(p["bytes"] for p in shown["stored"].values())
+    assert [r["iteration"] for r in shown["history"]] == [1, 2, 3]  # metrics are all kept
+    runs.delete_runs(chunked, [est.run_id_])

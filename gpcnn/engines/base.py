@@ -18,6 +18,7 @@ import json
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 import numpy as np
@@ -25,7 +26,7 @@ import sqlalchemy as sa
 
 from .. import merge as rules
 from .. import segment
-from .copy import CopyStream, chunk_rows
+from .copy import BinaryRows, CopyStream, chunk_rows
 from .sessions import SegmentSessions
 
 DISPATCHES = (None, "sessions", "statement")
@@ -265,10 +266,17 @@ class Backend:
 
     # -- running an iteration -----------------------------------------------------------------
 
-    def _per_group(self, sessions: SegmentSessions, sql: str, params: dict, keys) -> list[tuple]:
+    def _per_group(
+        self, sessions: SegmentSessions, sql: str, params: dict, keys, binary=None
+    ) -> list[tuple]:
         groups = self.session_groups(keys, len(sessions))
-        rows = sessions.map(sql, [{**params, "group": group} for group in groups])
+        rows = sessions.map(sql, [{**params, "group": group} for group in groups], binary)
         return [row for group_rows in rows for row in group_rows]
+
+    @staticmethod
+    def copy_out_sql(query: str) -> str:
+        """A query whose rows come back as binary COPY data: bytea as raw bytes, not hex text."""
+        return f"COPY ({query}) TO STDOUT WITH (FORMAT binary)"
 
     def run_training(
         self,
@@ -302,10 +310,18 @@ class Backend:
             groups = self.session_groups(keys, len(sessions))
             if merged and len(groups) == 1:
                 rows = sessions.one(
-                    self.training_sql(table_sql, "merge"), {**params, "group": groups[0]}
+                    self.copy_out_sql(self.training_sql(table_sql, "merge")),
+                    {**params, "group": groups[0]},
+                    partial(BinaryRows, ("integer", "bytea")),
                 )
                 return _merged_rows(rows)
-            rows = self._per_group(sessions, self.training_sql(table_sql, None), params, keys)
+            rows = self._per_group(
+                sessions,
+                self.copy_out_sql(self.training_sql(table_sql, None)),
+                params,
+                keys,
+                partial(BinaryRows, ("integer", "integer", "bigint", "bytea")),
+            )
         finally:
             self.delete_transfer(transfer)
         per_key = _per_key_rows(rows)

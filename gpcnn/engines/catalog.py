@@ -521,6 +521,22 @@ def checkpoint(
     return {part: v for (part, _), v in _read_chunks(conn, query).items()}
 
 
+def stored_parts(conn: sa.Connection, backend: Backend, run_id: int) -> list:
+    """(part, iterations, chunks, bytes) of what the run stores, one row per part."""
+    c = tables(backend.schema).checkpoints
+    return conn.execute(
+        sa.select(
+            c.c.part,
+            sa.func.array_agg(sa.distinct(c.c.iteration)),
+            sa.func.count(),
+            sa.func.sum(sa.func.octet_length(c.c.data)),
+        )
+        .where(c.c.run_id == run_id)
+        .group_by(c.c.part)
+        .order_by(c.c.part)
+    ).all()
+
+
 def segment_models(
     conn: sa.Connection, backend: Backend, run_id: int
 ) -> dict[int, tuple[np.ndarray, np.ndarray | None]]:
