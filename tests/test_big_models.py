@@ -18,6 +18,7 @@ from test_training import estimator, reference, shards
 import gpcnn
 from gpcnn import embedded, runs, segment
 from gpcnn import weights as wire
+from gpcnn.engines import catalog
 from gpcnn.engines.base import merge_trained
 from gpcnn.tables import load_images
 from gpcnn.training import Retention
@@ -217,3 +218,65 @@ def test_a_run_stores_what_retention_keeps_and_shows_its_size(chunked, table):
     assert shown["stored_bytes"] == sum(p["bytes"] for p in shown["stored"].values())
     assert [r["iteration"] for r in shown["history"]] == [1, 2, 3]  # metrics are all kept
     runs.delete_runs(chunked, [est.run_id_])
+
+
+def test_shape_2_vectors_move_into_chunked_checkpoints(engine):
+    """Upgrading keeps every stored vector: shape 2's one-value columns are cut into chunks."""
+    schema = "gpcnn_migration_test"
+    db = gpcnn.connect(test_url(), schema=schema, chunk_bytes=4096)
+    weights = np.arange(2500, dtype="<f4")  # 10,000 bytes: three chunks of 4,096
+    optimizer = np.arange(7, dtype="<f4")
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+        conn.exec_driver_sql(f"CREATE TABLE {schema}.schema_version (version integer NOT NULL)")
+        conn.exec_driver_sql(f"INSERT INTO {schema}.schema_version VALUES (2)")
+        conn.exec_driver_sql(
+            f"CREATE TABLE {schema}.run_iterations (run_id bigint, iteration integer, "
+            "metrics text NOT NULL, weights bytea NOT NULL, rule_state bytea, optimizer bytea, "
+            "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (run_id, iteration))"
+        )
+        conn.exec_driver_sql(
+            f"CREATE TABLE {schema}.segment_models (run_id bigint, __dist_key__ integer, "
+            "iteration integer NOT NULL, weights bytea NOT NULL, optimizer bytea, "
+            "PRIMARY KEY (run_id, __dist_key__))"
+        )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {schema}.run_iterations (run_id, iteration, metrics, weights, "
+                "optimizer) VALUES (1, 1, '{}', :w, :o)"
+            ),
+            {"w": weights.tobytes(), "o": optimizer.tobytes()},
+        )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {schema}.segment_models VALUES (1, 0, 1, :w, NULL), (1, 1, 1, :w, :o)"
+            ),
+            {"w": weights.tobytes(), "o": optimizer.tobytes()},
+        )
+        catalog.ensure_tables(conn, db.backend)
+    with db.connect() as conn:
+        assert catalog.found_version(conn, db.backend) == catalog.SHAPE_VERSION
+        iteration, parts = catalog.last_checkpoint(conn, db.backend, 1)
+        segments = catalog.segment_models(conn, db.backend, 1)
+        chunks = conn.execute(
+            sa.text(f"SELECT count(*) FROM {schema}.checkpoints WHERE part = 'weights'")
+        ).scalar()
+        columns = conn.execute(
+            sa.text(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = :s "
+                "AND table_name = 'run_iterations'"
+            ),
+            {"s": schema},
+        ).scalars()
+        assert set(columns) == {"run_id", "iteration", "metrics", "created_at"}
+    assert chunks == 3 and iteration == 1
+    np.testing.assert_array_equal(parts["weights"], weights)
+    np.testing.assert_array_equal(parts["optimizer"], optimizer)
+    assert "rule_state" not in parts
+    np.testing.assert_array_equal(segments[0][0], weights)
+    assert segments[0][1] is None
+    np.testing.assert_array_equal(segments[1][1], optimizer)
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    db.close()
