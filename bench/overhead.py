@@ -7,8 +7,9 @@
 Model: 8x8x1 input, Dense(H, relu), Dense(10): 75 H + 10 weights (float32). Table: one buffer of
 16 images per segment, batch 16: each segment trains ONE batch per iteration, so the iteration is
 almost all fixed cost. Fixed cost = iteration time (``seconds`` of the history row: send, train,
-merge, decode; plus storing the iteration, which follows it) minus the same batches trained in-process (K batches with one TF
-thread, divided by min(K, CPUs): the segments run concurrently). Repetitions are interleaved:
+merge, decode; plus storing the iteration, which follows it) minus the same batches trained
+in-process (K batches with one TF thread, divided by min(K, CPUs): the segments run
+concurrently). Repetitions are interleaved:
 round r runs every configuration once (the 100M and 250M ones too, last in each round); the
 first fit of each configuration (TF and model build in the backends) is not counted.
 
