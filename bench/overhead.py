@@ -247,6 +247,39 @@ def memory(million: float, k: int, dispatch) -> dict:
     }
 
 
+PARTS = ("send", "query", "decode", "merge", "store")
+
+
+def markdown(report: dict) -> str:
+    """The tables of docs/benchmarks.md from a report (``--markdown REPORT.json``)."""
+    lines = [
+        "| weights | K | iteration s | in-process train s | fixed s | MB/s | "
+        + " | ".join(f"{p} s" for p in PARTS)
+        + " | set / get / chunks s (in-process) |",
+        "|---|---|---|---|---|---|" + "---|" * len(PARTS) + "---|",
+    ]
+    for r in report["rows"]:
+        parts = " | ".join(f"{r.get(p, 0):.3f}" for p in PARTS)
+        local = f"{r['local_set']:.3f} / {r['local_get']:.3f} / {r['local_chunks']:.3f}"
+        lines.append(
+            f"| {r['million']:g}M ({r['model_bytes'] / 1e6:.1f} MB) | {r['segments']} | "
+            f"{r['seconds']:.3f} | {r['local_train']:.3f} | {r['fixed']:.3f} | "
+            f"{r['mb_per_s']:.0f} | {parts} | {local} |"
+        )
+    if report.get("memory"):
+        lines += [
+            "",
+            "| weights | K | peak per segment backend (× model) | client peak (× model) |",
+            "|---|---|---|---|",
+        ]
+        for m in report["memory"]:
+            lines.append(
+                f"| {m['million']:g}M ({m['model_bytes'] / 1e6:.1f} MB) | {m['segments']} | "
+                f"{m['backend_peak_x']:.2f} | {m['client_peak_x']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1, 10, 25, 100])
@@ -257,7 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory", nargs=2, metavar=("MILLION", "K"))
     parser.add_argument("--memory-runs", nargs="*", default=[], metavar="MILLION:K")
     parser.add_argument("--out", type=Path, default=Path("bench/overhead.json"))
+    parser.add_argument("--markdown", nargs="+", type=Path, metavar="REPORT")
     args = parser.parse_args(argv)
+    if args.markdown:
+        for path in args.markdown:
+            print(markdown(json.loads(path.read_text())), end="\n\n")
+        return 0
     if args.memory:
         print(json.dumps(memory(float(args.memory[0]), int(args.memory[1]), args.dispatch)))
         return 0
