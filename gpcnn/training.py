@@ -66,6 +66,9 @@ class Retention:
         return kept | {r["iteration"] for r in rows if r["iteration"] % self.every == 0}
 
 
+DEFAULT_RETENTION = Retention()
+
+
 @dataclass(frozen=True)
 class Slice:
     """The buffers of every key that one iteration trains on (× local epochs)."""
@@ -140,13 +143,13 @@ class Training:
         slices: Sequence[Slice],
         local_epochs: int,
         evaluate,  # weights -> {"loss": ..., metric: ...} or None
-        retention: Retention = Retention(),
+        retention: Retention | None = None,
     ) -> None:
         self.db, self.backend, self.sessions, self.info = db, db.backend, sessions, info
         self.run_id, self.model_json, self.options = run_id, model_json, options
         self.rule, self.slices, self.local_epochs = rule, slices, local_epochs
         self.evaluate = evaluate
-        self.retention = retention
+        self.retention = retention or DEFAULT_RETENTION
         self.rows: list[dict] = []  # the run's history so far (what retention decides on)
         self.weight_count = sum(wire.sizes(manifest))
         self.policy = options.get("optimizer_state", "reset")
