@@ -20,6 +20,7 @@ from gpcnn import embedded, runs, segment
 from gpcnn import weights as wire
 from gpcnn.engines import catalog
 from gpcnn.engines.base import merge_trained
+from gpcnn.engines.copy import BinaryRows, chunk_rows
 from gpcnn.tables import load_images
 from gpcnn.training import Retention
 
@@ -280,3 +281,21 @@ def test_shape_2_vectors_move_into_chunked_checkpoints(engine):
     with db.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
     db.close()
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096, 1 << 20])
+def test_binary_copy_rows_round_trip_however_the_stream_is_cut(piece):
+    """``chunk_rows`` writes what the server's binary COPY reads; ``BinaryRows`` parses what it
+    writes, whether a message holds many rows or a row spans many messages."""
+    vectors = [((7, -1), np.arange(10, dtype="<f4")), ((7, 3), np.arange(3, dtype="<f4") + 0.5)]
+    stream = b"".join(chunk_rows(("bigint", "integer"), vectors, 4))
+    sink = BinaryRows(("bigint", "integer", "integer", "bytea"))
+    for start in range(0, len(stream), piece):
+        sink.write(stream[start : start + piece])
+    got = [(a, b, c, np.frombuffer(d, dtype="<f4").tolist()) for a, b, c, d in sink.rows]
+    assert got == [
+        (7, -1, 0, [0.0, 1.0, 2.0, 3.0]),
+        (7, -1, 1, [4.0, 5.0, 6.0, 7.0]),
+        (7, -1, 2, [8.0, 9.0]),
+        (7, 3, 0, [0.5, 1.5, 2.5]),
+    ]

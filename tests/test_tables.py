@@ -24,6 +24,7 @@ import sqlalchemy as sa
 import gpcnn
 from gpcnn import cli, datasets, tables
 from gpcnn.engines import GreenplumBackend, PostgresBackend
+from gpcnn.engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
 from gpcnn.engines.greenplum import spread_keys
 from gpcnn.segment import decode_images, decode_labels
 from gpcnn.tables import TableError, TableName, describe, load_images, read_images
@@ -292,15 +293,15 @@ def test_copy_stream_any_read_size(size):
     buffers = tables.plan_buffers(301, [3, 8], 40)
     seen = []
     progress = type("Bar", (), {"update": lambda self, n: seen.append(n)})()
-    stream = tables._CopyStream(tables._copy_chunks(buffers, x, y, order), progress)
+    stream = CopyStream(tables._copy_chunks(buffers, x, y, order), progress)
     data = b"".join(iter(lambda: stream.read(size), b""))
-    expected = [tables._COPY_HEADER]
+    expected = [COPY_HEADER]
     for b in buffers:
         images, labels = x[order[b.start : b.stop]].tobytes(), y[order[b.start : b.stop]]
         labels = labels.astype("<i4").tobytes()
         expected += [struct.pack("!hiiiiii", 5, 4, b.key, 4, b.buffer_id, 4, b.stop - b.start)]
         expected += [struct.pack("!i", len(images)), images, struct.pack("!i", len(labels)), labels]
-    assert data == b"".join([*expected, tables._COPY_TRAILER])
+    assert data == b"".join([*expected, COPY_TRAILER])
     assert sum(seen) == len(data) == x.nbytes + 4 * len(y) + 34 * len(buffers) + 21
     assert size < 0 or max(seen) <= size
 
