@@ -4,14 +4,17 @@ Plain Python: the installer copies this module (with ``weights`` and ``merge``) 
 ``plpython3u`` functions, and tests import it directly. Everything arrives as arguments: nothing here
 reads tables (on Greenplum a UDF may not query during a distributed query).
 
-The training aggregate, MADlib-style (DESIGN.md, The aggregate):
-- ``train_transition`` runs once per buffer (table row). On a segment's first buffer of an iteration it
-  takes the model from the process cache, sets the incoming weights, resets the optimizer and the
-  random state, then trains on the buffer with a ``train_on_batch`` loop and accumulates image-weighted
-  loss and metrics. On the segment's last buffer (its image count reaches ``expected``) it puts
-  ``n * w`` for ALL weights into the state; earlier rows carry only counts and sums.
-- ``merge`` adds two states: counts, loss/metric sums and weight sums. Exact int counts, float64 sums.
-- ``final`` divides: the image-weighted mean weights, loss and metrics (``merge.finish``).
+The training aggregate, MADlib-style (DESIGN.md, The aggregate), with every vector in chunks:
+- ``train_transition`` runs once per row. The segment's first buffer comes once per chunk of its
+  start vector (joined from ``transfers``): the chunks are assembled in this process, then the
+  cached model takes the weights, the optimizer is reset (or set) and the random state fixed, and
+  every buffer is trained with a ``train_on_batch`` loop, accumulating image-weighted loss and
+  metrics. On the last buffer (the image count reaches ``expected``) the trained vector goes to
+  this process's outbox; the state itself only ever holds counts, sums and a token.
+- ``state_chunks`` (later in the same statement, same process) hands the vector on as chunk rows.
+- ``merge_chunk_transition`` / ``merge_chunk_final`` merge one chunk of the K vectors: float64
+  sums of ``n * w``, exact integer counts, then ``S / n`` (``merge.accumulate`` / ``finish``).
+- ``merge`` / ``final`` add small states and give the image-weighted loss and metrics.
 """
 
 from __future__ import annotations

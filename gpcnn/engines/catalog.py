@@ -23,7 +23,7 @@ from functools import cache
 import numpy as np
 import sqlalchemy as sa
 
-from .base import Backend, text_safe
+from .base import EVERY_KEY, Backend, text_safe
 from .copy import CopyStream, chunk_rows
 
 SHAPE_VERSION = 3
@@ -68,7 +68,7 @@ DISTRIBUTION = {
 CHUNKED = ("checkpoints", "transfers")  # their data column: out of line, uncompressed
 RUN_PARTS = ("weights", "rule_state", "optimizer")  # a checkpoint's vectors (key -1)
 SEGMENT_PARTS = ("segment_weights", "segment_optimizer")  # each key's next start
-EVERY_KEY = -1
+
 CHECKPOINT_PREFIX = (
     ("run_id", "bigint"),
     ("iteration", "integer"),
