@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpcnn.experiments import small_cnn
 
     db = gpcnn.connect()
+    gpcnn.install(db)
     data = load_fashion_mnist()
     tables = {}
     for k in (1, 2):
