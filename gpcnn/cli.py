@@ -72,12 +72,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
-        print(f"{'run':>5}  {'status':<13} {'merge':<8} {'its':>4} {'stored':>10}  table")
+        print(
+            f"{'run':>5}  {'status':<13} {'merge':<8} {'its':>4} {'ckpts':>5} {'stored':>10}  table"
+        )
         for r in rows:
             stored = f"{r['stored_bytes'] / 1e6:.1f} MB"
             print(
                 f"{r['run_id']:>5}  {r['status']:<13} {r['merge']!s:<8} {r['iterations']:>4} "
-                f"{stored:>10}  {r['table']}"
+                f"{r['checkpoints']:>5} {stored:>10}  {r['table']}"
             )
         return 0
     if not args.run_ids:

@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from . import weights as wire
 from .engines import Database, catalog, connect
 
 # Parameters that do not change what a run computes: a run may be resumed with other values.
@@ -66,23 +67,24 @@ def load_run(db: Database, run_id: int) -> StoredRun:
         run = catalog.run_row(conn, backend, run_id)
         if run is None:
             raise ValueError(f"no run {run_id} in {db.schema}.runs")
-        metrics = catalog.iteration_metrics(conn, backend, run_id)
-        last = catalog.last_iteration(conn, backend, run_id)
+        metrics = [json.loads(m) for m in catalog.iteration_metrics(conn, backend, run_id)]
+        last = catalog.last_checkpoint(conn, backend, run_id)
         segments = catalog.segment_models(conn, backend, run_id)
+    iteration, parts = last if last is not None else (0, {})
     return StoredRun(
         run_id=run_id,
         table=run.table_name,
         status=run.status,
-        iterations=[json.loads(m) for m in metrics],
-        weights=_bytes(last.weights) if last else None,
-        rule_state=_bytes(last.rule_state) if last else None,
-        optimizer=_bytes(last.optimizer) if last else None,
-        segment_models={k: (bytes(w), _bytes(o)) for k, w, o in segments},
+        iterations=[m for m in metrics if m["iteration"] <= iteration],
+        weights=_bytes(parts.get("weights")),
+        rule_state=_bytes(parts.get("rule_state")),
+        optimizer=_bytes(parts.get("optimizer")),
+        segment_models={k: (wire.to_bytes(w), _bytes(o)) for k, (w, o) in segments.items()},
     )
 
 
-def _bytes(value) -> bytes | None:
-    return None if value is None else bytes(value)
+def _bytes(vector) -> bytes | None:
+    return None if vector is None else wire.to_bytes(vector)
 
 
 def find_unfinished(db: Database | str | None, table: str, params: dict) -> int | None:
@@ -118,6 +120,7 @@ def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
             "error": r.error,
             "merge": json.loads(r.params).get("merge"),
             "iterations": int(r.iterations),
+            "checkpoints": int(r.checkpoints),
             "stored_bytes": int(r.stored_bytes),
             "created_at": r.created_at.isoformat(),
             "updated_at": None if r.updated_at is None else r.updated_at.isoformat(),
@@ -127,15 +130,21 @@ def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
 
 
 def show_run(db: Database | str | None, run_id: int) -> dict:
-    """The run's summary, its parameters and its history."""
+    """The run's summary, its parameters, what it stores (per part: the iterations that keep
+    it, chunks and bytes) and its history."""
     db = connect(db)
     found = list_runs(db, [run_id])
     if not found:
         raise ValueError(f"no run {run_id} in {db.schema}.runs")
-    stored = load_run(db, run_id)
     with db.connect() as conn:
         params = json.loads(catalog.run_row(conn, db.backend, run_id).params)
-    return {**found[0], "params": params, "history": stored.iterations}
+        history = [json.loads(m) for m in catalog.iteration_metrics(conn, db.backend, run_id)]
+        parts = catalog.stored_parts(conn, db.backend, run_id)
+    stored = {
+        part: {"iterations": sorted(iterations), "chunks": int(chunks), "bytes": int(size)}
+        for part, iterations, chunks, size in parts
+    }
+    return {**found[0], "params": params, "stored": stored, "history": history}
 
 
 def delete_runs(db: Database | str | None, run_ids) -> int:

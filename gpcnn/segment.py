@@ -4,14 +4,17 @@ Plain Python: the installer copies this module (with ``weights`` and ``merge``) 
 ``plpython3u`` functions, and tests import it directly. Everything arrives as arguments: nothing here
 reads tables (on Greenplum a UDF may not query during a distributed query).
 
-The training aggregate, MADlib-style (docs/design.md, The aggregate protocol):
-- ``train_transition`` runs once per buffer (table row). On a segment's first buffer of an iteration it
-  takes the model from the process cache, sets the incoming weights, resets the optimizer and the
-  random state, then trains on the buffer with a ``train_on_batch`` loop and accumulates image-weighted
-  loss and metrics. On the segment's last buffer (its image count reaches ``expected``) it puts
-  ``n * w`` for ALL weights into the state; earlier rows carry only counts and sums.
-- ``merge`` adds two states: counts, loss/metric sums and weight sums. Exact int counts, float64 sums.
-- ``final`` divides: the image-weighted mean weights, loss and metrics (``merge.finish``).
+The training aggregate, MADlib-style (docs/design.md, The aggregate protocol), with every vector in chunks:
+- ``train_transition`` runs once per row. The segment's first buffer comes once per chunk of its
+  start vector (joined from ``transfers``): the chunks are assembled in this process, then the
+  cached model takes the weights, the optimizer is reset (or set) and the random state fixed, and
+  every buffer is trained with a ``train_on_batch`` loop, accumulating image-weighted loss and
+  metrics. On the last buffer (the image count reaches ``expected``) the trained vector goes to
+  this process's outbox; the state itself only ever holds counts, sums and a token.
+- ``state_chunks`` (later in the same statement, same process) hands the vector on as chunk rows.
+- ``merge_chunk_transition`` / ``merge_chunk_final`` merge one chunk of the K vectors: float64
+  sums of ``n * w``, exact integer counts, then ``S / n`` (``merge.accumulate`` / ``finish``).
+- ``merge`` / ``final`` add small states and give the image-weighted loss and metrics.
 """
 
 from __future__ import annotations
@@ -193,6 +196,16 @@ def shuffled_order(n: int, seed: int | None, iteration: int, key: int, position:
 
 
 # -- state encoding -----------------------------------------------------------------------------
+#
+# An aggregate state is small: a JSON header (image count, loss/metric sums, how much of the start
+# vector arrived, a token naming this statement's vectors in this process). Vectors never live in a
+# state: the start arrives as chunk rows before the images, is assembled in ``_inbox`` and loaded;
+# the trained vector waits in ``_outbox`` until ``state_chunks``, later in the same statement and
+# the same process, hands it on as chunk rows. So no value is ever bigger than a chunk, and nothing
+# outlives the statement: a stale token is an error, never a silent reuse.
+
+_inbox: dict[str, np.ndarray] = {}
+_outbox: dict[str, np.ndarray] = {}
 
 
 def _pack(magic: bytes, header: dict, payload: bytes = b"") -> bytes:
@@ -208,23 +221,83 @@ def _unpack(data: bytes | memoryview, magic: bytes) -> tuple[dict, memoryview]:
     return json.loads(bytes(view[8 : 8 + length])), view[8 + length :]
 
 
-def encode_state(count: int, sums: dict[str, float], weight_sum: np.ndarray | None) -> bytes:
-    header = {"count": int(count), "sums": sums, "has_weights": weight_sum is not None}
-    payload = b"" if weight_sum is None else np.asarray(weight_sum, dtype="<f8").tobytes()
-    return _pack(STATE_MAGIC, header, payload)
+def encode_state(header: dict) -> bytes:
+    return _pack(STATE_MAGIC, header)
 
 
-def decode_state(data: bytes | memoryview) -> tuple[int, dict[str, float], np.ndarray | None]:
-    header, payload = _unpack(data, STATE_MAGIC)
-    weight_sum = np.frombuffer(payload, dtype="<f8") if header["has_weights"] else None
-    return header["count"], header["sums"], weight_sum
+def decode_state(data: bytes | memoryview) -> dict:
+    header, _ = _unpack(data, STATE_MAGIC)
+    return header
 
 
-def decode_result(data: bytes | memoryview) -> tuple[dict, np.ndarray | None]:
-    """A final value: ``({"images", "loss", metrics...}, float32 weights or None)``."""
-    header, payload = _unpack(data, RESULT_MAGIC)
-    flat = wire.from_bytes(payload) if header.pop("has_weights") else None
-    return header, flat
+def _new_state(token: str) -> dict:
+    return {"count": 0, "sums": {}, "token": token, "received": 0, "chunks": 0, "started": False}
+
+
+def _receive(state: dict, chunk: int, data: bytes, options: dict) -> None:
+    """Copy one chunk of the start vector into this statement's buffer, in chunk order."""
+    token, size = state["token"], int(options["vector_size"])
+    if chunk != state["chunks"]:
+        raise SegmentError(f"start chunk {chunk} arrived, chunk {state['chunks']} was expected")
+    if state["chunks"] == 0:
+        _forget_other_statements(token)
+        _inbox[token] = np.empty(size, dtype=wire.WIRE_DTYPE)
+    values = wire.from_bytes(data)
+    if state["received"] + values.size > size:
+        raise SegmentError(f"the start vector has more than its {size} values")
+    _inbox[token][state["received"] : state["received"] + values.size] = values
+    state["received"] += int(values.size)
+    state["chunks"] += 1
+
+
+def _forget_other_statements(token: str) -> None:
+    """Drop what a failed or cancelled earlier statement left in this process."""
+    _inbox.clear()
+    statement = token.split("/")[0] + "/"
+    for stale in [t for t in _outbox if not t.startswith(statement)]:
+        del _outbox[stale]
+
+
+def _take_start(state: dict, options: dict, key: int) -> np.ndarray:
+    size = int(options["vector_size"])
+    if state["received"] != size or state["token"] not in _inbox:
+        raise SegmentError(
+            f"segment {key} received {state['received']} of the {size} start values before its "
+            "first buffer"
+        )
+    state["started"] = True
+    return _inbox.pop(state["token"])
+
+
+def state_chunks(state: bytes | None, chunk_values: int):
+    """Rows (chunk, images, data) of one finished state: chunk -1 is the state itself, then the
+    trained vector (float32) in chunks of ``chunk_values``, taken from this process's outbox."""
+    if state is None:
+        return
+    header = decode_state(state)
+    vector = _outbox.pop(header.get("token"), None)
+    if vector is None:
+        raise SegmentError(
+            f"the trained vector {header.get('token')} is not in this process: the query plan "
+            "moved the aggregate's result away from the segment that computed it"
+        )
+    count = header["count"]
+    yield -1, count, state
+    for index, start in enumerate(range(0, vector.size, int(chunk_values))):
+        yield index, count, vector[start : start + int(chunk_values)].tobytes()
+
+
+def final_metrics(state: dict) -> dict:
+    """Image-weighted loss and metrics of a (merged) state; an empty total is an error."""
+    if state["count"] == 0:
+        raise SegmentError("no images reached the aggregate: the table or slice is empty")
+    return {"images": state["count"], **{k: v / state["count"] for k, v in state["sums"].items()}}
+
+
+def decode_result(data: bytes | memoryview) -> dict:
+    """A final value of the ``merge`` aggregate: ``{"images", "loss", metrics...}``."""
+    header, _ = _unpack(data, RESULT_MAGIC)
+    return header
 
 
 # -- the aggregates -----------------------------------------------------------------------------
@@ -246,71 +319,95 @@ def _over_batches(
             sums[name] = sums.get(name, 0.0) + float(value) * (stop - start)
 
 
+def _next_row(
+    state: bytes | None, key: int, chunk: int | None, data: bytes | None, options: dict
+) -> tuple[dict, bool]:
+    """(state, whether to process the row's buffer now). The segment's first buffer comes once
+    per chunk of its start vector (joined to it, in chunk order): each row adds its chunk, and
+    the buffer is processed with the last one."""
+    header = _new_state(f"{options['transfer']}/{key}") if state is None else decode_state(state)
+    if chunk is None:
+        return header, True
+    _receive(header, int(chunk), data, options)
+    return header, header["received"] == int(options["vector_size"])
+
+
 def train_transition(
     state: bytes | None,
     key: int,
+    chunk: int | None,
+    data: bytes | None,
     x: bytes,
     y: bytes,
     n: int,
     model_json: str,
     options_json: str,
-    weights: bytes,
-    optimizer: bytes | None,
     expected: int,
 ) -> bytes:
-    """Train on one buffer; see the module docstring for the protocol. With an optimizer-state
-    policy other than "reset", ``optimizer`` (if not NULL) is the optimizer state to start from,
-    and the optimizer's variables follow the weights in the state vector."""
+    """One row of a segment's training (see ``_next_row`` for the start's chunks). On the first
+    buffer the start is loaded (the weights, then the optimizer state if
+    ``options["optimizer_sent"]``, else a fresh optimizer), the random state fixed; on the last
+    (the image count reaches ``expected``) the trained vector (weights, then optimizer variables
+    unless the policy is "reset") goes to the outbox for ``state_chunks``."""
     options = json.loads(options_json)
+    header, ready = _next_row(state, key, chunk, data, options)
+    if not ready:
+        return encode_state(header)
     model = build_model(model_json, options)
     keep_optimizer = options.get("optimizer_state", "reset") != "reset"
-    if state is None:
-        count, sums = 0, {}
-        _set_weights(model, weights)
-        if keep_optimizer and optimizer is not None:
-            wire.set_optimizer_vector(model, wire.from_bytes(optimizer))
+    if not header["started"]:
+        start = _take_start(header, options, key)
+        count = sum(wire.sizes(wire.manifest(model)))
+        _set_weights(model, start[:count])
+        if options.get("optimizer_sent"):
+            wire.set_optimizer_vector(model, start[count:])
         else:
             reset_optimizer(model)
         set_rate(model, options)
+        del start
         seed_everything(model, options.get("seed"), options.get("iteration", 0), key)
-    else:
-        count, sums, _ = decode_state(state)
     order = None
     if options.get("shuffle"):
-        order = shuffled_order(n, options.get("seed"), options.get("iteration", 0), key, count)
+        order = shuffled_order(
+            n, options.get("seed"), options.get("iteration", 0), key, header["count"]
+        )
+    sums = header["sums"]
     _over_batches(model.train_on_batch, x, y, n, options, int(options["batch_size"]), sums, order)
-    count += n
-    if count > expected:
-        raise SegmentError(f"saw {count} images, more than the {expected} expected")
-    weight_sum = None
-    if count == expected:
-        vector = wire.flatten(model.get_weights())
-        if keep_optimizer:
-            vector = np.concatenate([vector, wire.optimizer_vector(model)])
-        weight_sum = rules.accumulate(vector, count)
-    return encode_state(count, sums, weight_sum)
+    header["count"] += n
+    if header["count"] > expected:
+        raise SegmentError(f"saw {header['count']} images, more than the {expected} expected")
+    if header["count"] == expected:
+        extra = list(model.optimizer.variables) if keep_optimizer else []
+        _outbox[header["token"]] = wire.vector_of(list(model.weights) + extra)
+    return encode_state(header)
 
 
 def evaluate_transition(
     state: bytes | None,
+    key: int,
+    chunk: int | None,
+    data: bytes | None,
     x: bytes,
     y: bytes,
     n: int,
     model_json: str,
     options_json: str,
-    weights: bytes,
 ) -> bytes:
-    """Loss and metrics of the given weights on one buffer, summed over images."""
+    """Loss and metrics of the sent weights on one buffer, summed over images; the weights
+    arrive in chunks with the first buffer, as training's start does."""
     options = json.loads(options_json)
+    header, ready = _next_row(state, key, chunk, data, options)
+    if not ready:
+        return encode_state(header)
     model = build_model(model_json, options)
-    if state is None:  # the weights are the same for every row of one aggregate
-        _set_weights(model, weights)
-    count, sums, _ = (0, {}, None) if state is None else decode_state(state)
-    _over_batches(model.test_on_batch, x, y, n, options, EVALUATION_BATCH, sums)
-    return encode_state(count + n, sums, None)
+    if not header["started"]:
+        _set_weights(model, _take_start(header, options, key))
+    _over_batches(model.test_on_batch, x, y, n, options, EVALUATION_BATCH, header["sums"])
+    header["count"] += n
+    return encode_state(header)
 
 
-def _set_weights(model: Any, weights: bytes, digest: str | None = None) -> None:
+def _set_weights(model: Any, weights: bytes | np.ndarray, digest: str | None = None) -> None:
     """Load weights into the cached model; ``digest`` names them for ``predict`` (None: unnamed,
     as when training changes them)."""
     wire.set_model_weights(model, weights)
@@ -355,30 +452,56 @@ def predict_rows(
 
 
 def merge(a: bytes | None, b: bytes | None) -> bytes | None:
-    """(n1, S1) + (n2, S2) = (n1 + n2, S1 + S2): counts, loss/metric sums, weight sums."""
+    """Two small states added: image counts and loss/metric sums (vectors merge by chunk)."""
     if a is None:
         return b
     if b is None:
         return a
-    count_a, sums_a, w_a = decode_state(a)
-    count_b, sums_b, w_b = decode_state(b)
+    state_a, state_b = decode_state(a), decode_state(b)
+    sums_a, sums_b = state_a["sums"], state_b["sums"]
     sums = {k: sums_a.get(k, 0.0) + sums_b.get(k, 0.0) for k in sums_a.keys() | sums_b.keys()}
-    if (w_a is None) != (w_b is None):
-        raise SegmentError("cannot merge a finished segment state with an unfinished one")
-    return encode_state(count_a + count_b, sums, None if w_a is None else w_a + w_b)
+    return encode_state({"count": state_a["count"] + state_b["count"], "sums": sums})
 
 
 def final(state: bytes | None) -> bytes:
-    """w = S / n, plus image-weighted loss and metrics. An empty total is an error."""
+    """The image-weighted loss and metrics of a merged state."""
     if state is None:
         raise SegmentError("no images reached the aggregate: the table or slice is empty")
-    count, sums, weight_sum = decode_state(state)
-    if count == 0:
-        raise SegmentError("no images reached the aggregate: the table or slice is empty")
-    header = {"images": count, **{k: v / count for k, v in sums.items()}}
-    header["has_weights"] = weight_sum is not None
-    payload = b"" if weight_sum is None else wire.to_bytes(rules.finish(weight_sum, count))
-    return _pack(RESULT_MAGIC, header, payload)
+    return _pack(RESULT_MAGIC, final_metrics(decode_state(state)))
+
+
+# -- merging vectors chunk by chunk -----------------------------------------------------------
+#
+# The merge of the K trained vectors runs per chunk (``GROUP BY chunk``): the state of one chunk
+# is its image-weighted float64 sum and the exact integer image count, never more than twice a
+# chunk. Chunk -1 carries the segments' small states (counts and metric sums) instead.
+
+CHUNK_MAGIC = b"GPCC"
+
+
+def merge_chunk_transition(state: bytes | None, chunk: int, count: int, data: bytes) -> bytes:
+    """Add one segment's chunk: S += n * w (float64), n exact; chunk -1 adds the small states."""
+    if chunk < 0:
+        previous = None if state is None else _unpack(state, CHUNK_MAGIC)[1]
+        return _pack(CHUNK_MAGIC, {"chunk": -1}, merge(previous, data))
+    contribution = rules.accumulate(wire.from_bytes(data), count)
+    if state is None:
+        return _pack(
+            CHUNK_MAGIC, {"chunk": int(chunk), "count": int(count)}, contribution.tobytes()
+        )
+    header, payload = _unpack(state, CHUNK_MAGIC)
+    total = np.frombuffer(payload, dtype="<f8") + contribution
+    return _pack(CHUNK_MAGIC, {**header, "count": header["count"] + int(count)}, total.tobytes())
+
+
+def merge_chunk_final(state: bytes | None) -> bytes | None:
+    """A chunk of the merged vector (float32 S / n), or the merged small state for chunk -1."""
+    if state is None:
+        return None
+    header, payload = _unpack(state, CHUNK_MAGIC)
+    if header["chunk"] < 0:
+        return bytes(payload)
+    return wire.to_bytes(rules.finish(np.frombuffer(payload, dtype="<f8"), header["count"]))
 
 
 def on_segment(key: int, function, *args):

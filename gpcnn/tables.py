@@ -9,7 +9,6 @@ killed mid-COPY) rolls back to the previous table and catalog row, and no stagin
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 import struct
@@ -22,6 +21,7 @@ import sqlalchemy as sa
 
 from . import __version__
 from .engines import Backend, Database, catalog, connect
+from .engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
 from .segment import LABEL_DTYPE, decode_images, decode_labels
 
 IMAGES_PER_BUFFER_28x28 = 1_000
@@ -225,9 +225,6 @@ def class_counts(y: np.ndarray, order: np.ndarray, counts: Sequence[int], classe
 
 # -- COPY ---------------------------------------------------------------------------------------
 
-_COPY_HEADER = b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0)
-_COPY_TRAILER = struct.pack("!h", -1)
-
 
 def _array_rows(buffers: Sequence[Buffer], x, y, ids, order) -> Iterator[tuple]:
     """(buffer, images, labels, ids) of each buffer of in-memory arrays: the images are gathered
@@ -276,48 +273,14 @@ def _copy_row(buf: Buffer, images: bytes, labels: bytes, ids: bytes) -> tuple[by
 
 def _copy_chunks(rows: Iterator[tuple]) -> Iterator[bytes]:
     """The whole binary COPY stream, produced lazily one buffer at a time."""
-    yield _COPY_HEADER
+    yield COPY_HEADER
     for row in rows:
         yield from _copy_row(*row)
-    yield _COPY_TRAILER
+    yield COPY_TRAILER
 
 
 COPY_ROW_OVERHEAD = 2 + 3 * 8 + 3 * 4  # field count, 3 integers with their lengths, 3 lengths
-COPY_STREAM_OVERHEAD = len(_COPY_HEADER) + len(_COPY_TRAILER)
-
-
-class _CopyStream(io.RawIOBase):
-    """A file for ``copy_expert`` that hands out the chunks of a binary COPY stream, at most
-    ``size`` bytes per read (a chunk that fits is passed on as is, without a copy)."""
-
-    def __init__(self, chunks: Iterator[bytes], progress) -> None:
-        self._chunks = iter(chunks)
-        self._pending = memoryview(b"")
-        self._whole: bytes | None = None
-        self._progress = progress
-        self.error: BaseException | None = None  # what broke the stream (the driver hides it)
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        while not self._pending:
-            try:
-                chunk = next(self._chunks, None)
-            except BaseException as e:
-                self.error = e
-                raise
-            if chunk is None:
-                return b""
-            self._whole, self._pending = chunk, memoryview(chunk)
-        if size < 0 or size >= len(self._pending):
-            out = self._whole if len(self._pending) == len(self._whole) else bytes(self._pending)
-            self._pending, self._whole = memoryview(b""), None
-        else:
-            out, self._pending = bytes(self._pending[:size]), self._pending[size:]
-        if self._progress is not None:
-            self._progress.update(len(out))
-        return out
+COPY_STREAM_OVERHEAD = len(COPY_HEADER) + len(COPY_TRAILER)
 
 
 # -- catalog ------------------------------------------------------------------------------------
@@ -647,7 +610,7 @@ def _copy_buffers(conn, backend, table, chunks, total: int | None, label: str) -
 
         total += COPY_STREAM_OVERHEAD
         bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", leave=False)
-    stream = _CopyStream(chunks, bar)
+    stream = CopyStream(chunks, bar)
     try:
         with conn.connection.driver_connection.cursor() as cursor:
             cursor.copy_expert(backend.copy_sql(table), stream, size=1 << 20)

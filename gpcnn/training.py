@@ -17,12 +17,33 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import merge, segment
+from . import merge
 from . import weights as wire
 from .engines import Database, catalog
+from .engines.base import EVERY_KEY
 from .engines.sessions import SegmentSessions
 from .errors import TrainingError, database_call
 from .tables import ImageTable, buffer_counts
+
+
+@dataclass(frozen=True)
+class Retention:
+    """Which iterations keep their checkpoint (model, rule and optimizer state): the last (all a
+    resume needs), the best by validation loss (by training loss without validation) and every
+    ``every``-th; every iteration keeps its metrics."""
+
+    every: int = 10
+
+    def keep(self, rows: Sequence[dict]) -> set[int]:
+        if not rows:
+            return set()
+        score = "val_loss" if all("val_loss" in r for r in rows) else "loss"
+        best = min(rows, key=lambda r: (r[score], r["iteration"]))
+        kept = {rows[-1]["iteration"], best["iteration"]}
+        return kept | {r["iteration"] for r in rows if r["iteration"] % self.every == 0}
+
+
+DEFAULT_RETENTION = Retention()
 
 
 @dataclass(frozen=True)
@@ -68,25 +89,23 @@ def evaluate_table(
     info: ImageTable,
     model_json: str,
     options: dict,
-    weights: bytes,
+    weights: bytes | np.ndarray,
 ) -> dict:
     """Image-weighted loss and metrics of ``weights`` over a whole table, in the database."""
     params = {
         "model": model_json,
         "options": json.dumps({**options, "image_shape": list(info.image_shape)}),
-        "weights": weights,
     }
-    result = database_call(
+    vector = weights if isinstance(weights, np.ndarray) else wire.from_bytes(weights)
+    metrics = database_call(
         "evaluation",
-        db.backend.run_aggregate,
+        db.backend.run_evaluation,
         sessions,
-        "evaluate",
         info.table.sql(db.backend),
         params,
         info.keys,
-        True,
+        vector,
     )
-    metrics, _ = segment.decode_result(result)
     return {k: float(v) for k, v in metrics.items()}
 
 
@@ -106,12 +125,15 @@ class Training:
         rule: merge.MergeRule,
         slices: Sequence[Slice],
         local_epochs: int,
-        evaluate,  # weights bytes -> {"loss": ..., metric: ...} or None
+        evaluate,  # weights -> {"loss": ..., metric: ...} or None
+        retention: Retention | None = None,
     ) -> None:
         self.db, self.backend, self.sessions, self.info = db, db.backend, sessions, info
         self.run_id, self.model_json, self.options = run_id, model_json, options
         self.rule, self.slices, self.local_epochs = rule, slices, local_epochs
         self.evaluate = evaluate
+        self.retention = retention or DEFAULT_RETENTION
+        self.rows: list[dict] = []  # the run's history so far (what retention decides on)
         self.weight_count = sum(wire.sizes(manifest))
         self.policy = options.get("optimizer_state", "reset")
         # Each segment needs its own start when the rule keeps per-segment models or each
@@ -130,8 +152,25 @@ class Training:
                     conn, self.backend, self.run_id, 0, self._segment_starts()
                 )
 
+    def starts(self) -> dict[int, np.ndarray]:
+        """What each segment starts this iteration from: weights, then the optimizer state when
+        one is sent; one vector for all keys (``EVERY_KEY``) unless each has its own."""
+        if not self.per_segment:
+            vector = self.rule.sent(self.info.keys)
+            if self.shared_optimizer is not None:
+                vector = np.concatenate([vector, self.shared_optimizer])
+            return {EVERY_KEY: np.asarray(vector, dtype=np.float32)}
+        return {
+            key: np.asarray(
+                weights if optimizer is None else np.concatenate([weights, optimizer]),
+                dtype=np.float32,
+            )
+            for key, (weights, optimizer) in self._segment_starts().items()
+        }
+
     def restore(self, stored) -> None:
         """Continue from a ``runs.StoredRun``."""
+        self.rows = list(stored.iterations)
         segments = {k: wire.from_bytes(w) for k, (w, _) in stored.segment_models.items()}
         state = None if stored.rule_state is None else wire.from_bytes(stored.rule_state)
         self.rule.restore(wire.from_bytes(stored.weights), state, segments)
@@ -144,7 +183,7 @@ class Training:
             }
         )
 
-    def _segment_starts(self) -> dict[int, tuple[bytes, bytes | None]]:
+    def _segment_starts(self) -> dict[int, tuple[np.ndarray, np.ndarray | None]]:
         sent = self.rule.sent(self.info.keys)
         starts = {}
         for key in self.info.keys:
@@ -154,10 +193,7 @@ class Training:
                 if self.policy == "local"
                 else self.shared_optimizer
             )
-            starts[key] = (
-                wire.to_bytes(weights),
-                None if optimizer is None else wire.to_bytes(optimizer),
-            )
+            starts[key] = (weights, optimizer)
         return starts
 
     # -- one iteration ----------------------------------------------------------------------
@@ -168,31 +204,27 @@ class Training:
         part = self.slices[(iteration - 1) % len(self.slices)]
         params = {
             "model": self.model_json,
-            "options": json.dumps({**self.options, "iteration": iteration}),
             "epochs": self.local_epochs,
             "keys": list(self.info.keys),
             "first": part.first,
             "stop": part.stop,
             "expected": part.expected,
-            "run_id": self.run_id,
-            "weights": None,
-            "optimizer": None,
         }
-        if not self.per_segment:
-            params["weights"] = wire.to_bytes(self.rule.sent(self.info.keys))
-            if self.shared_optimizer is not None:
-                params["optimizer"] = wire.to_bytes(self.shared_optimizer)
+        starts = self.starts()
+        sent_optimizer = next(iter(starts.values())).size > self.weight_count
+        params["options"] = json.dumps(
+            {**self.options, "iteration": iteration, "optimizer_sent": sent_optimizer}
+        )
         merged_in_db = not (self.rule.per_segment or self.policy == "local")
         result = database_call(
             "training",
-            self.backend.run_aggregate,
+            self.backend.run_training,
             self.sessions,
-            "train",
             self.info.table.sql(self.backend),
             params,
             self.info.keys,
+            starts,
             merged_in_db,
-            self.per_segment,
         )
         db_seconds = time.perf_counter() - started
         metrics, average, segments = self._decode(result, merged_in_db)
@@ -224,12 +256,12 @@ class Training:
         """(train metrics, averaged weights, each segment's weights or None); optimizer parts of
         the vectors go to the optimizer-state policy."""
         if merged_in_db:
-            metrics, vector = segment.decode_result(result)
+            metrics, vector = dict(result.metrics), result.vector
             average, optimizer = vector[: self.weight_count], vector[self.weight_count :]
             if self.policy == "average":
                 self.shared_optimizer = optimizer.copy()
             return metrics, average, None
-        decoded = {k: segment.decode_result(v) for k, v in result.items()}
+        decoded = result.per_key
         counts = [m["images"] for m, _ in decoded.values()]
         metrics = {
             name: sum(m[name] * m["images"] for m, _ in decoded.values()) / sum(counts)
@@ -249,13 +281,13 @@ class Training:
         return metrics, average, segments
 
     def _validation(self, model: np.ndarray, segments: dict | None, iteration: int) -> dict:
-        values = self.evaluate(wire.to_bytes(model), iteration)
+        values = self.evaluate(model, iteration)
         if values is None:
             return {}
         row = {f"val_{k}": v for k, v in values.items() if k != "images"}
         if isinstance(self.rule, merge.NoMerge):
             # K workers that never merge: their own curves, their mean, and the one-shot average.
-            per_key = {k: self.evaluate(wire.to_bytes(w), iteration) for k, w in segments.items()}
+            per_key = {k: self.evaluate(w, iteration) for k, w in segments.items()}
             row = {f"{name}_average": v for name, v in row.items()}
             for name in values:
                 if name == "images":
@@ -266,18 +298,20 @@ class Training:
         return row
 
     def _store(self, row: dict, model: np.ndarray) -> None:
+        """The iteration's row and checkpoint, and the retention rule on older checkpoints, in
+        one transaction."""
         state = self.rule.state()
+        self.rows.append(row)
         with self.db.begin() as conn:
             catalog.insert_iteration(
                 conn,
                 self.backend,
                 self.run_id,
                 row,
-                wire.to_bytes(model),
-                rule_state=None if state is None else wire.to_bytes(state),
-                optimizer=None
-                if self.shared_optimizer is None
-                else wire.to_bytes(self.shared_optimizer),
+                {"weights": model, "rule_state": state, "optimizer": self.shared_optimizer},
+            )
+            catalog.prune_checkpoints(
+                conn, self.backend, self.run_id, self.retention.keep(self.rows)
             )
             if self.per_segment:
                 catalog.replace_segment_models(

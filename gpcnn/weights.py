@@ -63,6 +63,18 @@ def flatten(arrays: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([np.asarray(a, dtype=np.float32).ravel() for a in arrays])
 
 
+def vector_of(variables: list) -> np.ndarray:
+    """The flat float32 vector of Keras variables, filled one variable at a time: at most one
+    variable's copy beyond the result, where ``get_weights`` then ``flatten`` holds it twice."""
+    counts = [int(np.prod(v.shape, dtype=np.int64)) for v in variables]
+    out = np.empty(sum(counts), dtype=WIRE_DTYPE)
+    start = 0
+    for var, n in zip(variables, counts, strict=True):
+        out[start : start + n] = np.asarray(var.numpy(), dtype=np.float32).ravel()
+        start += n
+    return out
+
+
 def unflatten(flat: np.ndarray, entries: list[dict]) -> list[np.ndarray]:
     """Split a flat vector back into arrays shaped as the manifest says."""
     counts = sizes(entries)
@@ -96,7 +108,7 @@ def set_model_weights(model: Any, data: bytes | memoryview | np.ndarray) -> None
 
 def optimizer_vector(model: Any) -> np.ndarray:
     """The optimizer's variables (step counter, slots such as momentum) as one float32 vector."""
-    return flatten([np.asarray(v.numpy(), dtype=np.float32) for v in model.optimizer.variables])
+    return vector_of(model.optimizer.variables)
 
 
 def set_optimizer_vector(model: Any, flat: np.ndarray) -> None:

@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from gpcnn import merge, segment
 from gpcnn import weights as wire
+from gpcnn.engines import catalog
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.tables import TableName, describe, load_images
 
@@ -109,23 +110,15 @@ def flat(est: GreenplumCNN) -> np.ndarray:
 def stored_iteration(engine, schema, run_id, iteration) -> tuple[np.ndarray, bytes | None]:
     """(model weights, rule_state bytes) stored for one iteration of a run."""
     with engine.connect() as conn:
-        weights, state = conn.execute(
-            sa.text(
-                f"SELECT weights, rule_state FROM {schema}.run_iterations "
-                "WHERE run_id = :r AND iteration = :i"
-            ),
-            {"r": run_id, "i": iteration},
-        ).one()
-    return wire.from_bytes(bytes(weights)).copy(), None if state is None else bytes(state)
+        parts = catalog.checkpoint(conn, engine.backend, run_id, iteration)
+    state = parts.get("rule_state")
+    return parts["weights"], None if state is None else wire.to_bytes(state)
 
 
 def segment_models(engine, schema, run_id) -> dict[int, np.ndarray]:
     with engine.connect() as conn:
-        rows = conn.execute(
-            sa.text(f"SELECT __dist_key__, weights FROM {schema}.segment_models WHERE run_id = :r"),
-            {"r": run_id},
-        ).all()
-    return {key: wire.from_bytes(bytes(w)).copy() for key, w in rows}
+        stored = catalog.segment_models(conn, engine.backend, run_id)
+    return {key: weights for key, (weights, _) in stored.items()}
 
 
 def shards(engine, info) -> dict[int, list]:
@@ -167,11 +160,15 @@ def test_bmuf_with_eta_0_zeta_1_equals_average(engine, schema, model, average_ru
 
 def test_bmuf_default_differs_from_average_and_resumes_exactly(engine, schema, model, average_run):
     whole = fit(engine, schema, model, iterations=3, merge="bmuf")
-    # after 1 iteration BMUF's w is the average (D = G); from the 2nd the momentum shows
-    first, _ = stored_iteration(engine, schema, whole.run_id_, 1)
-    average_first, _ = stored_iteration(engine, schema, average_run.run_id_, 1)
+    # after 1 iteration BMUF's w is the average (D = G); from the 2nd the momentum shows. The
+    # retention rule keeps a run's last checkpoint: shorter runs give the earlier iterations.
+    one, two = (fit(engine, schema, model, iterations=i, merge="bmuf") for i in (1, 2))
+    first, _ = stored_iteration(engine, schema, one.run_id_, 1)
+    average_first, _ = stored_iteration(
+        engine, schema, fit(engine, schema, model, iterations=1).run_id_, 1
+    )
     np.testing.assert_allclose(first, average_first, atol=1e-6, rtol=0)
-    second, state = stored_iteration(engine, schema, whole.run_id_, 2)
+    second, state = stored_iteration(engine, schema, two.run_id_, 2)
     assert max_diff(second, flat(average_run)) > 1e-4
     assert state is not None and np.abs(wire.from_bytes(state)).max() > 0  # the momentum D
 

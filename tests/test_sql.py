@@ -1,7 +1,9 @@
 """The iteration queries as text (snapshots): Greenplum runs none here, so its SQL is pinned down.
 
 Shape (b) of docs/design.md on Greenplum: GROUP BY __dist_key__ with ORDER BY buffer_id inside the
-training aggregate (each segment trains its own keys, in a fixed order), the merge on top. The
+training aggregate (each segment trains its own keys, in a fixed order), the start vector joined
+from the replicated ``transfers`` table, the trained vectors out in chunks and merged chunk by
+chunk on top. The
 "statement" dispatch on PostgreSQL sends exactly these statements, so the suite runs them.
 """
 
@@ -10,29 +12,37 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from gpcnn.engines import GreenplumBackend, PostgresBackend
+from gpcnn.engines import GreenplumBackend, PostgresBackend, catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.install import statements
 
 OFFLINE = sa.create_engine("postgresql+psycopg2://")  # never connects: quoting only
 
 TRAIN = (
-    "SELECT t.__dist_key__ AS key, gpcnn.train(t.__dist_key__, t.x, t.y, t.n, :model, "
-    ":options, {start}, p.expected ORDER BY e.epoch, t.buffer_id) AS state FROM {table} t "
-    "{join}JOIN unnest(CAST(:keys AS integer[]), CAST(:first AS integer[]), "
+    "SELECT t.__dist_key__ AS key, gpcnn.train(t.__dist_key__, c.chunk, c.data, t.x, t.y, t.n, "
+    ":model, :options, p.expected ORDER BY e.epoch, t.buffer_id, c.chunk) AS state "
+    "FROM {table} t "
+    "JOIN unnest(CAST(:keys AS integer[]), CAST(:first AS integer[]), "
     "CAST(:stop AS integer[]), CAST(:expected AS bigint[])) "
     "AS p(key, first_buffer, stop_buffer, expected) "
     "ON t.__dist_key__ = p.key AND t.buffer_id >= p.first_buffer AND t.buffer_id < p.stop_buffer "
     "CROSS JOIN generate_series(1, :epochs) AS e(epoch) "
+    "LEFT JOIN gpcnn.transfers c ON c.transfer_id = :transfer "
+    "AND c.__dist_key__ IN (-1, t.__dist_key__) AND t.buffer_id = p.first_buffer AND e.epoch = 1 "
     "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) GROUP BY t.__dist_key__"
+)
+CHUNKS = (
+    "SELECT q.key, c.chunk, c.count, c.data FROM ({inner}) q "
+    "CROSS JOIN LATERAL gpcnn.state_chunks(q.state, :chunk_values) c"
 )
 
 
-def test_greenplum_training_is_one_shape_b_statement_merged_on_the_coordinator():
+def test_greenplum_training_is_one_shape_b_statement_merged_chunk_by_chunk():
     gp = GreenplumBackend(OFFLINE, "gpcnn")
-    inner = TRAIN.format(start=":weights, :optimizer", table='img."Train"', join="")
-    assert (
-        gp.training_sql('img."Train"', "merge") == f"SELECT gpcnn.merge(q.state) FROM ({inner}) q"
+    chunks = CHUNKS.format(inner=TRAIN.format(table='img."Train"'))
+    assert gp.training_sql('img."Train"', "merge") == (
+        "SELECT m.chunk, gpcnn.merge_chunks(m.chunk, m.count, m.data ORDER BY m.key) "
+        f"FROM ({chunks}) m GROUP BY m.chunk"
     )
     assert gp.session_groups([5, 9, 2], 1) == [[5, 9, 2]]
     assert gp.session_settings == ("SET gp_vmem_idle_resource_timeout = 0",)
@@ -45,28 +55,40 @@ def test_statements_compile_to_the_drivers_style_with_colons_in_names_escaped():
     sessions._dialect = OFFLINE.dialect
     compiled = sessions._compiled(pg.evaluation_sql('"a:b".t', "merge"))
     assert compiled.startswith('SELECT "we:ird".merge(q.state) FROM (SELECT t.__dist_key__ AS key')
-    assert 'FROM "a:b".t t WHERE' in compiled
-    assert "%(model)s, %(options)s, %(weights)s" in compiled
+    assert 'FROM "a:b".t t JOIN' in compiled
+    assert 'LEFT JOIN "we:ird".transfers c ON c.transfer_id = %(transfer)s' in compiled
+    assert "t.n, %(model)s, %(options)s ORDER BY" in compiled
     assert "ANY(CAST(%(group)s AS integer[]))" in compiled
 
 
-def test_per_segment_models_are_joined_by_key():
-    gp = GreenplumBackend(OFFLINE, "gpcnn")
-    join = "JOIN gpcnn.segment_models m ON m.run_id = :run_id AND m.__dist_key__ = t.__dist_key__ "
-    inner = TRAIN.format(start="m.weights, m.optimizer", table="img.t", join=join)
-    assert gp.training_sql("img.t", "final", per_segment=True) == (
-        f"SELECT q.key, gpcnn.final_state(q.state) FROM ({inner}) q"
+def test_no_statement_binds_weights():
+    """Weights reach the server by COPY into ``transfers``: no statement takes them as a
+    parameter (psycopg2 would write them into the statement text)."""
+    pg = PostgresBackend(OFFLINE, "gpcnn")
+    for sql in (
+        pg.training_sql("img.t", "merge"),
+        pg.training_sql("img.t", None),
+        pg.evaluation_sql("img.t", "merge"),
+        pg.evaluation_sql("img.t", None),
+    ):
+        assert ":weights" not in sql and ":optimizer" not in sql and ":states" not in sql
+    assert pg.chunk_copy_sql("gpcnn.transfers", ("transfer_id", "__dist_key__")) == (
+        "COPY gpcnn.transfers (transfer_id, __dist_key__, chunk, data) FROM STDIN "
+        "WITH (FORMAT binary)"
     )
 
 
-def test_evaluation_and_state_merge():
+def test_evaluation_joins_the_weights_to_each_keys_first_buffer():
     gp = GreenplumBackend(OFFLINE, "gpcnn")
     assert gp.evaluation_sql("img.t", "merge") == (
-        "SELECT gpcnn.merge(q.state) FROM (SELECT t.__dist_key__ AS key, gpcnn.evaluate(t.x, t.y, "
-        "t.n, :model, :options, :weights) AS state FROM img.t t WHERE t.__dist_key__ = "
-        "ANY(CAST(:group AS integer[])) GROUP BY t.__dist_key__) q"
+        "SELECT gpcnn.merge(q.state) FROM (SELECT t.__dist_key__ AS key, gpcnn.evaluate("
+        "t.__dist_key__, c.chunk, c.data, t.x, t.y, t.n, :model, :options ORDER BY t.buffer_id, "
+        "c.chunk) AS state FROM img.t t JOIN (SELECT __dist_key__ AS key, min(buffer_id) AS "
+        "first_buffer FROM img.t GROUP BY __dist_key__) p ON t.__dist_key__ = p.key "
+        "LEFT JOIN gpcnn.transfers c ON c.transfer_id = :transfer AND c.__dist_key__ = -1 "
+        "AND t.buffer_id = p.first_buffer WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) "
+        "GROUP BY t.__dist_key__) q"
     )
-    assert gp.merge_sql() == "SELECT gpcnn.merge(s) FROM unnest(CAST(:states AS bytea[])) AS s"
 
 
 def test_postgres_runs_one_statement_per_segment_session():
@@ -74,9 +96,7 @@ def test_postgres_runs_one_statement_per_segment_session():
     assert pg.dispatch == "sessions"
     assert pg.session_groups([0, 1, 2, 3], 4) == [[0], [1], [2], [3]]
     assert pg.session_groups([0, 1, 2, 3, 4], 2) == [[0, 2, 4], [1, 3]]  # more keys than sessions
-    assert pg.training_sql("img.t", None) == TRAIN.format(
-        start=":weights, :optimizer", table="img.t", join=""
-    )
+    assert pg.training_sql("img.t", None) == CHUNKS.format(inner=TRAIN.format(table="img.t"))
 
 
 def test_statement_dispatch_on_postgres_sends_greenplums_statements():
@@ -84,24 +104,41 @@ def test_statement_dispatch_on_postgres_sends_greenplums_statements():
     pg = PostgresBackend(OFFLINE, "gpcnn", dispatch="statement")
     assert not pg.per_segment_sessions and not gp.per_segment_sessions
     assert pg.session_groups([0, 1, 2, 3], 1) == gp.session_groups([0, 1, 2, 3], 1)
-    for outer in ("merge", "final"):
-        for per_segment in (False, True):
-            assert pg.training_sql("img.t", outer, per_segment) == gp.training_sql(
-                "img.t", outer, per_segment
-            )
+    for outer in ("merge", None):
+        assert pg.training_sql("img.t", outer) == gp.training_sql("img.t", outer)
         assert pg.evaluation_sql("img.t", outer) == gp.evaluation_sql("img.t", outer)
     assert pg.prediction_sql("img.t") == gp.prediction_sql("img.t")
     with pytest.raises(ValueError, match="PostgreSQL's"):
         GreenplumBackend(OFFLINE, "gpcnn", dispatch="sessions")
 
 
-def test_training_aggregate_declares_a_combine_function_so_shape_a_works_too():
+def test_training_aggregate_has_no_combine_function_and_chunks_merge_in_order():
+    """A segment's group must stay in one process (its start arrives as its first rows, its
+    trained vector waits there for ``state_chunks``), so ``train`` cannot be split."""
     ddl = statements("gpcnn")
     train = next(s for s in ddl if s.startswith("CREATE AGGREGATE") and ".train(" in s)
-    assert "SFUNC = gpcnn.train_transition" in train
-    assert "COMBINEFUNC = gpcnn.merge_states" in train
+    assert "SFUNC = gpcnn.train_transition" in train and "COMBINEFUNC" not in train
     merge = next(s for s in ddl if s.startswith("CREATE AGGREGATE") and ".merge(" in s)
     assert "FINALFUNC = gpcnn.final_state" in merge
+    chunks = next(s for s in ddl if s.startswith("CREATE AGGREGATE") and ".merge_chunks(" in s)
+    assert "FINALFUNC = gpcnn.merge_chunk_final" in chunks
+    srf = next(s for s in ddl if ".state_chunks(" in s)
+    assert "RETURNS TABLE (chunk integer, count bigint, data bytea)" in srf
+
+
+def test_greenplum_tables_replicate_transfers_and_distribute_checkpoints_by_run():
+    gp = GreenplumBackend(OFFLINE, "gpcnn")
+    ddl = catalog.create_ddl(gp)
+    transfers = next(s for s in ddl if s.startswith("CREATE UNLOGGED TABLE gpcnn.transfers"))
+    assert transfers.endswith(" DISTRIBUTED REPLICATED")
+    assert "transfer_id BIGINT NOT NULL" in transfers and "data BYTEA NOT NULL" in transfers
+    checkpoints = next(s for s in ddl if s.startswith("CREATE TABLE gpcnn.checkpoints"))
+    assert checkpoints.endswith(" DISTRIBUTED BY (run_id)")
+    assert "PRIMARY KEY (run_id, iteration, part, __dist_key__, chunk)" in checkpoints
+    for table in ("checkpoints", "transfers"):
+        assert f"ALTER TABLE gpcnn.{table} ALTER COLUMN data SET STORAGE EXTERNAL" in ddl
+    pg = catalog.create_ddl(PostgresBackend(OFFLINE, "gpcnn"))
+    assert [s.split(" DISTRIBUTED")[0] for s in ddl] == pg
 
 
 def test_greenplum_distributes_gpcnns_tables_like_the_rows_they_meet():
@@ -110,16 +147,13 @@ def test_greenplum_distributes_gpcnns_tables_like_the_rows_they_meet():
     ddl = {
         text.split("(")[0].split(".")[-1].strip(): text
         for text in catalog.create_ddl(GreenplumBackend(OFFLINE, "gpcnn"))
+        if text.startswith("CREATE")
     }
     assert ddl["schema_version"].endswith("DISTRIBUTED REPLICATED")
     assert ddl["image_tables"].endswith("DISTRIBUTED BY (table_schema, table_name)")
     assert ddl["runs"].endswith("DISTRIBUTED BY (run_id)")
     assert ddl["run_iterations"].endswith("DISTRIBUTED BY (run_id)")
-    assert ddl["segment_models"].endswith("DISTRIBUTED BY (__dist_key__)")  # joined by key
     assert "run_id BIGSERIAL NOT NULL" in ddl["runs"]
-    assert all(
-        "DISTRIBUTED" not in t for t in catalog.create_ddl(PostgresBackend(OFFLINE, "gpcnn"))
-    )
 
 
 def test_greenplum_catalog_queries():

@@ -8,13 +8,23 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from gpcnn import cli, experiments, models, plots, report
+from gpcnn import cli, experiments, models, plots, report, training
 
 
 @pytest.fixture(scope="module")
 def engine(engine_any_dispatch):
     """Every test here runs in both dispatch modes (see conftest)."""
     return engine_any_dispatch
+
+
+@pytest.fixture(scope="module", autouse=True)
+def keep_every_checkpoint():
+    """The interrupted-run test drops a run's last iteration row, as if the client had died
+    before storing it: the checkpoint before it must then exist (by default only the last, the
+    best and every 10th are kept)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(training, "DEFAULT_RETENTION", training.Retention(every=1))
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 import gpcnn
 from gpcnn import cli, datasets, tables
 from gpcnn.engines import GreenplumBackend, PostgresBackend
+from gpcnn.engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
 from gpcnn.engines.greenplum import spread_keys
 from gpcnn.segment import decode_images, decode_labels
 from gpcnn.tables import TableError, TableName, describe, load_images, read_images
@@ -307,9 +308,9 @@ def test_copy_stream_any_read_size(size):
     progress = type("Bar", (), {"update": lambda self, n: seen.append(n)})()
     ids = np.arange(301) * 7
     rows = tables._array_rows(buffers, x, y, ids, order)
-    stream = tables._CopyStream(tables._copy_chunks(rows), progress)
+    stream = CopyStream(tables._copy_chunks(rows), progress)
     data = b"".join(iter(lambda: stream.read(size), b""))
-    expected = [tables._COPY_HEADER]
+    expected = [COPY_HEADER]
     for b in buffers:
         part = order[b.start : b.stop]
         images, labels = x[part].tobytes(), y[part].astype("<i4").tobytes()
@@ -317,7 +318,7 @@ def test_copy_stream_any_read_size(size):
         expected += [struct.pack("!hiiiiii", 6, 4, b.key, 4, b.buffer_id, 4, b.stop - b.start)]
         expected += [struct.pack("!i", len(images)), images, struct.pack("!i", len(labels)), labels]
         expected += [struct.pack("!i", len(names)), names]
-    assert data == b"".join([*expected, tables._COPY_TRAILER])
+    assert data == b"".join([*expected, COPY_TRAILER])
     assert sum(seen) == len(data) == x.nbytes + 4 * len(y) + 8 * len(y) + 38 * len(buffers) + 21
     assert len(data) == (
         x.nbytes

@@ -15,14 +15,23 @@ Dispatch — how one iteration reaches the segments:
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
+import numpy as np
 import sqlalchemy as sa
 
+from .. import merge as rules
+from .. import segment
+from .copy import BinaryRows, CopyStream, chunk_rows
 from .sessions import SegmentSessions
 
 DISPATCHES = (None, "sessions", "statement")
+DEFAULT_CHUNK_BYTES = 8 << 20  # a chunk of a vector: one row of transfers and checkpoints
+EVERY_KEY = -1  # the transfer row of a start shared by every segment
 
 
 def text_safe(sql: str) -> str:
@@ -36,12 +45,24 @@ class Backend:
     kind: ClassVar[str] = "abstract"
     native_dispatch: ClassVar[str] = "sessions"
 
-    def __init__(self, engine: sa.Engine, schema: str = "gpcnn", dispatch: str | None = None):
+    def __init__(
+        self,
+        engine: sa.Engine,
+        schema: str = "gpcnn",
+        dispatch: str | None = None,
+        chunk_bytes: int | None = None,
+    ):
         if dispatch not in DISPATCHES:
             raise ValueError(f"dispatch={dispatch!r}: choose one of {DISPATCHES}")
         self.engine = engine
         self.schema = schema
         self.dispatch = dispatch or self.native_dispatch
+        self.chunk_bytes = check_chunk_bytes(chunk_bytes)
+
+    @property
+    def chunk_values(self) -> int:
+        """float32 values per chunk."""
+        return self.chunk_bytes // 4
 
     def quote(self, identifier: str) -> str:
         return self.engine.dialect.identifier_preparer.quote(identifier)
@@ -85,6 +106,10 @@ class Backend:
 
     def distribution(self, *columns: str) -> str:
         """What follows ``CREATE TABLE name (...)`` for gpcnn's own tables."""
+        return ""
+
+    def replicated(self) -> str:
+        """What follows ``CREATE TABLE name (...)`` for a table every segment reads locally."""
         return ""
 
     def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
@@ -165,43 +190,59 @@ class Backend:
         """TensorFlow threads per segment process when the user sets none."""
         raise NotImplementedError
 
-    def training_sql(self, table_sql: str, outer: str | None, per_segment: bool = False) -> str:
+    def training_sql(self, table_sql: str, outer: str | None) -> str:
         """Shape (b) of docs/design.md: each key's buffers of the slice, in a fixed order, through
-        the ``train`` aggregate; ``outer`` = "merge" adds and finalises the K states, "final"
-        finalises each key's state, None returns the raw states. With ``per_segment``, each key
-        starts from its own model and optimizer state in ``segment_models`` (joined by key: on
-        Greenplum both tables are distributed by it, so no motion), else from ``:weights``."""
+        the ``train`` aggregate. The key's start vector (its own, or the one for every key) is
+        joined from ``transfers`` to its first buffer of the first epoch, one row per chunk, so
+        it reaches the aggregate first (on Greenplum ``transfers`` is replicated: a local join).
+        ``outer`` = "merge" merges the K trained vectors chunk by chunk, None returns each key's
+        chunks (``state_chunks``)."""
         s, table_sql = text_safe(self.qschema), text_safe(table_sql)
-        start, join = ":weights, :optimizer", ""
-        if per_segment:
-            start = "m.weights, m.optimizer"
-            join = (
-                f"JOIN {s}.segment_models m ON m.run_id = :run_id "
-                "AND m.__dist_key__ = t.__dist_key__ "
-            )
         inner = (
-            f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, t.x, t.y, t.n, :model, "
-            f":options, {start}, p.expected ORDER BY e.epoch, t.buffer_id) AS state "
-            f"FROM {table_sql} t {join}"
+            f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, c.chunk, c.data, t.x, t.y, "
+            "t.n, :model, :options, p.expected "
+            "ORDER BY e.epoch, t.buffer_id, c.chunk) AS state "
+            f"FROM {table_sql} t "
             "JOIN unnest(CAST(:keys AS integer[]), CAST(:first AS integer[]), "
             "CAST(:stop AS integer[]), CAST(:expected AS bigint[])) "
             "AS p(key, first_buffer, stop_buffer, expected) "
             "ON t.__dist_key__ = p.key AND t.buffer_id >= p.first_buffer "
             "AND t.buffer_id < p.stop_buffer "
             "CROSS JOIN generate_series(1, :epochs) AS e(epoch) "
+            f"LEFT JOIN {s}.transfers c ON c.transfer_id = :transfer "
+            f"AND c.__dist_key__ IN ({EVERY_KEY}, t.__dist_key__) "
+            "AND t.buffer_id = p.first_buffer AND e.epoch = 1 "
             "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) "
             "GROUP BY t.__dist_key__"
         )
-        return self._outer(inner, outer)
+        chunks = (
+            f"SELECT q.key, c.chunk, c.count, c.data FROM ({inner}) q "
+            f"CROSS JOIN LATERAL {s}.state_chunks(q.state, :chunk_values) c"
+        )
+        if outer == "merge":
+            return (
+                f"SELECT m.chunk, {s}.merge_chunks(m.chunk, m.count, m.data ORDER BY m.key) "
+                f"FROM ({chunks}) m GROUP BY m.chunk"
+            )
+        return chunks
 
     def evaluation_sql(self, table_sql: str, outer: str | None) -> str:
+        """Each key's buffers through ``evaluate``, the weights joined from ``transfers`` to the
+        key's first buffer as for training; "merge" adds the K small states."""
         s, table_sql = text_safe(self.qschema), text_safe(table_sql)
         inner = (
-            f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.x, t.y, t.n, :model, :options, "
-            f":weights) AS state FROM {table_sql} t "
+            f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.__dist_key__, c.chunk, c.data, t.x, "
+            "t.y, t.n, :model, :options ORDER BY t.buffer_id, c.chunk) AS state "
+            f"FROM {table_sql} t "
+            f"JOIN (SELECT __dist_key__ AS key, min(buffer_id) AS first_buffer FROM {table_sql} "
+            "GROUP BY __dist_key__) p ON t.__dist_key__ = p.key "
+            f"LEFT JOIN {s}.transfers c ON c.transfer_id = :transfer "
+            f"AND c.__dist_key__ = {EVERY_KEY} AND t.buffer_id = p.first_buffer "
             "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) GROUP BY t.__dist_key__"
         )
-        return self._outer(inner, outer)
+        if outer == "merge":
+            return f"SELECT {s}.merge(q.state) FROM ({inner}) q"
+        return inner
 
     def prediction_sql(self, table_sql: str) -> str:
         return (
@@ -247,55 +288,128 @@ class Backend:
         """A statement without results (an INSERT) for every group of keys, concurrently."""
         self._per_group(sessions, sql, params, keys)
 
-    def merge_sql(self) -> str:
-        s = text_safe(self.qschema)
-        return f"SELECT {s}.merge(s) FROM unnest(CAST(:states AS bytea[])) AS s"
+    # -- transfers: the vectors one statement sends, by binary COPY --------------------------
 
-    def _outer(self, inner: str, outer: str | None) -> str:
-        s = text_safe(self.qschema)
-        if outer == "merge":
-            return f"SELECT {s}.merge(q.state) FROM ({inner}) q"
-        if outer == "final":
-            return f"SELECT q.key, {s}.final_state(q.state) FROM ({inner}) q"
-        return inner
+    def chunk_copy_sql(self, table_sql: str, prefix: Sequence[str]) -> str:
+        """The binary COPY of chunk rows (``*prefix, chunk, data``) into a chunked table."""
+        columns = ", ".join([*prefix, "chunk", "data"])
+        return f"COPY {table_sql} ({columns}) FROM STDIN WITH (FORMAT binary)"
 
-    def _per_group(self, sessions: SegmentSessions, sql: str, params: dict, keys) -> list[tuple]:
+    def write_transfer(self, vectors: Mapping[int, np.ndarray]) -> int:
+        """Write the vectors of one statement (key -> float32 vector; ``EVERY_KEY`` for a start
+        shared by all) in chunks, committed, and return their ``transfer_id``."""
+        transfer = secrets.randbits(62)
+        sql = self.chunk_copy_sql(f"{self.qschema}.transfers", ("transfer_id", "__dist_key__"))
+        rows = [((transfer, key), vector) for key, vector in vectors.items()]
+        stream = CopyStream(chunk_rows(("bigint", "integer"), rows, self.chunk_values))
+        with self.engine.begin() as conn, conn.connection.driver_connection.cursor() as cursor:
+            cursor.copy_expert(sql, stream, size=self.chunk_bytes + 64)
+        return transfer
+
+    def delete_transfer(self, transfer: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.text(f"DELETE FROM {text_safe(self.qschema)}.transfers WHERE transfer_id = :t"),
+                {"t": transfer},
+            )
+
+    # -- running an iteration -----------------------------------------------------------------
+
+    def _per_group(
+        self, sessions: SegmentSessions, sql: str, params: dict, keys, binary=None
+    ) -> list[tuple]:
         groups = self.session_groups(keys, len(sessions))
-        rows = sessions.map(sql, [{**params, "group": group} for group in groups])
+        rows = sessions.map(sql, [{**params, "group": group} for group in groups], binary)
         return [row for group_rows in rows for row in group_rows]
 
-    def run_aggregate(
+    @staticmethod
+    def copy_out_sql(query: str) -> str:
+        """A query whose rows come back as binary COPY data: bytea as raw bytes, not hex text."""
+        return f"COPY ({query}) TO STDOUT WITH (FORMAT binary)"
+
+    def run_training(
         self,
         sessions: SegmentSessions,
-        kind: str,
         table_sql: str,
         params: dict,
-        keys,
+        keys: Sequence[int],
+        starts: Mapping[int, np.ndarray],
         merged: bool,
-        per_segment: bool = False,
-    ) -> bytes | dict[int, bytes]:
-        """One iteration's training (``kind="train"``) or an evaluation (``"evaluate"``): the merged
-        final value, or each key's final value when ``merged`` is False."""
-        if kind == "train":
-
-            def build(outer):
-                return self.training_sql(table_sql, outer, per_segment)
-        else:
-
-            def build(outer):
-                return self.evaluation_sql(table_sql, outer)
-
-        groups = self.session_groups(keys, len(sessions))
-        if len(groups) == 1:  # one statement does it all ("statement" dispatch, or one segment)
-            rows = sessions.one(
-                build("merge" if merged else "final"), {**params, "group": groups[0]}
+    ) -> Trained:
+        """One iteration's training from ``starts`` (key -> start vector, or ``EVERY_KEY``):
+        the image-weighted average of the trained vectors with the merged metrics, or (not
+        ``merged``) each key's vector and metrics. One statement merges in the database; with a
+        session per segment, the K results are merged here, chunk by chunk, the same way."""
+        sizes = {vector.size for vector in starts.values()}
+        if len(sizes) != 1:
+            raise ValueError(f"start vectors of different sizes {sorted(sizes)}")
+        transfer = self.write_transfer(starts)
+        options = {
+            **json.loads(params["options"]),
+            "transfer": transfer,
+            "vector_size": sizes.pop(),
+        }
+        params = {
+            **params,
+            "options": json.dumps(options),
+            "transfer": transfer,
+            "chunk_values": self.chunk_values,
+        }
+        try:
+            groups = self.session_groups(keys, len(sessions))
+            if merged and len(groups) == 1:
+                rows = sessions.one(
+                    self.copy_out_sql(self.training_sql(table_sql, "merge")),
+                    {**params, "group": groups[0]},
+                    partial(BinaryRows, ("integer", "bytea")),
+                )
+                return _merged_rows(rows)
+            rows = self._per_group(
+                sessions,
+                self.copy_out_sql(self.training_sql(table_sql, None)),
+                params,
+                keys,
+                partial(BinaryRows, ("integer", "integer", "bigint", "bytea")),
             )
-            return bytes(rows[0][0]) if merged else {k: bytes(v) for k, v in rows}
-        if not merged:
-            rows = self._per_group(sessions, build("final"), params, keys)
-            return {k: bytes(v) for k, v in rows}
-        states = [state for _, state in self._per_group(sessions, build(None), params, keys)]
-        return bytes(sessions.one(self.merge_sql(), {"states": states})[0][0])
+        finally:
+            self.delete_transfer(transfer)
+        per_key = _per_key_rows(rows)
+        if merged:
+            return merge_trained(per_key)
+        return Trained(
+            None,
+            None,
+            {
+                key: (segment.final_metrics(state), _assemble(chunks))
+                for key, (state, chunks, _) in per_key.items()
+            },
+        )
+
+    def run_evaluation(
+        self, sessions: SegmentSessions, table_sql: str, params: dict, keys, weights: np.ndarray
+    ) -> dict:
+        """Image-weighted loss and metrics of ``weights`` over the keys' buffers."""
+        transfer = self.write_transfer({EVERY_KEY: weights})
+        options = {
+            **json.loads(params["options"]),
+            "transfer": transfer,
+            "vector_size": weights.size,
+        }
+        params = {**params, "options": json.dumps(options), "transfer": transfer}
+        try:
+            groups = self.session_groups(keys, len(sessions))
+            if len(groups) == 1:
+                rows = sessions.one(
+                    self.evaluation_sql(table_sql, "merge"), {**params, "group": groups[0]}
+                )
+                return segment.decode_result(bytes(rows[0][0]))
+            rows = self._per_group(sessions, self.evaluation_sql(table_sql, None), params, keys)
+        finally:
+            self.delete_transfer(transfer)
+        state = None
+        for _, value in sorted(rows, key=lambda r: r[0]):
+            state = segment.merge(state, bytes(value))
+        return segment.decode_result(segment.final(state))
 
     def run_prediction(
         self, sessions: SegmentSessions, table_sql: str, params: dict, keys
@@ -303,3 +417,71 @@ class Backend:
         """(buffer_id, probabilities) of every buffer, in buffer order."""
         rows = self._per_group(sessions, self.prediction_sql(table_sql), params, keys)
         return sorted(((int(b), bytes(p)) for b, p in rows), key=lambda r: r[0])
+
+
+def check_chunk_bytes(chunk_bytes: int | None) -> int:
+    """A chunk size: a positive multiple of 8 bytes (whole float32 and float64 values), far
+    below PostgreSQL's 1 GB field limit even as a float64 sum."""
+    if chunk_bytes is None:
+        return DEFAULT_CHUNK_BYTES
+    if not isinstance(chunk_bytes, int) or chunk_bytes <= 0 or chunk_bytes % 8:
+        raise ValueError(f"chunk_bytes={chunk_bytes!r}: a positive multiple of 8")
+    if chunk_bytes > 256 << 20:
+        raise ValueError(f"chunk_bytes={chunk_bytes}: at most 256 MiB (a float64 sum doubles it)")
+    return chunk_bytes
+
+
+@dataclass
+class Trained:
+    """An iteration's result: merged metrics and vector, and/or each key's (metrics, vector)."""
+
+    metrics: dict | None
+    vector: np.ndarray | None
+    per_key: dict[int, tuple[dict, np.ndarray]] | None
+
+
+def _assemble(chunks: dict[int, memoryview]) -> np.ndarray:
+    if sorted(chunks) != list(range(len(chunks))):
+        raise ValueError(f"chunks {sorted(chunks)} of a vector came back, not 0..{len(chunks) - 1}")
+    if not chunks:
+        return np.zeros(0, dtype="<f4")
+    return np.concatenate([np.frombuffer(chunks[i], dtype="<f4") for i in range(len(chunks))])
+
+
+def _merged_rows(rows: list[tuple]) -> Trained:
+    """(chunk, merged value) rows: chunk -1 the merged small state, then the averaged vector."""
+    chunks = {int(chunk): value for chunk, value in rows}
+    state = chunks.pop(-1)
+    return Trained(segment.final_metrics(segment.decode_state(state)), _assemble(chunks), None)
+
+
+def _per_key_rows(rows: list[tuple]) -> dict[int, tuple[dict, dict[int, memoryview], int]]:
+    """(key, chunk, count, data) rows -> key: (small state, chunks, images)."""
+    found: dict[int, tuple[dict, dict[int, memoryview], int]] = {}
+    for key, chunk, count, data in rows:
+        state, chunks, _ = found.setdefault(int(key), ({}, {}, int(count)))
+        if chunk < 0:
+            state.update(segment.decode_state(data))
+        else:
+            chunks[int(chunk)] = data
+    return {key: found[key] for key in sorted(found)}
+
+
+def merge_trained(per_key: dict[int, tuple[dict, dict[int, memoryview], int]]) -> Trained:
+    """The database's chunk merge, here: per chunk, the image-weighted average over the keys in
+    key order (``merge.weighted_average``: float64 sums, exact integer counts)."""
+    state = None
+    for small, _, _ in per_key.values():
+        state = segment.merge(state, segment.encode_state(small))
+    counts = [count for _, _, count in per_key.values()]
+    parts = [
+        {i: np.frombuffer(c, dtype="<f4") for i, c in chunks.items()}
+        for _, chunks, _ in per_key.values()
+    ]
+    sizes = [part[i].size for part in parts[:1] for i in range(len(part))]
+    vector = np.empty(sum(sizes), dtype="<f4")
+    start = 0
+    for i, size in enumerate(sizes):
+        vector[start : start + size] = rules.weighted_average([part[i] for part in parts], counts)
+        start += size
+    return Trained(segment.final_metrics(segment.decode_state(state)), vector, None)

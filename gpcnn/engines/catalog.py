@@ -1,8 +1,13 @@
 """gpcnn's own tables and every statement on them, in SQLAlchemy Core.
 
 The tables: ``image_tables`` (the catalog of image tables), ``runs``, ``run_iterations`` (each
-iteration's metrics and model) and ``segment_models`` (each segment's next start, for rules that
-keep per-segment models). Their shape is versioned (``schema_version``), like the functions are:
+iteration's metrics), ``checkpoints`` (stored vectors in chunks: an iteration's model, rule state
+and optimizer state, and each segment's next start for rules that keep per-segment models) and
+``transfers`` (the vectors one statement sends to the segments, in chunks the query joins; on
+Greenplum replicated, so every segment reads them locally). No value is bigger than a chunk, and
+weights reach the server by binary COPY, never inside statement text.
+
+Their shape is versioned (``schema_version``), like the functions are:
 ``ensure_tables`` creates them, migrates an older shape in the caller's transaction, or refuses a
 newer one. Functions here take an open connection (the caller owns the transaction) and the
 handle's backend for the engine's DDL.
@@ -11,15 +16,17 @@ handle's backend for the engine's DDL.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
+import numpy as np
 import sqlalchemy as sa
 
-from .base import Backend
+from .base import EVERY_KEY, Backend, text_safe
+from .copy import CopyStream, chunk_rows
 
-SHAPE_VERSION = 4
+SHAPE_VERSION = 5
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed")
 RESUMABLE = ("running", "failed")  # a run that stopped on purpose is never continued by itself
 
@@ -34,17 +41,40 @@ class Tables:
     image_tables: sa.Table
     runs: sa.Table
     run_iterations: sa.Table
-    segment_models: sa.Table
+    checkpoints: sa.Table
+    transfers: sa.Table
+
+    def all(self) -> tuple[sa.Table, ...]:
+        return (
+            self.version,
+            self.image_tables,
+            self.runs,
+            self.run_iterations,
+            self.checkpoints,
+            self.transfers,
+        )
 
 
-# What follows CREATE TABLE on Greenplum: distributed like the rows they are joined with.
+# What follows CREATE TABLE on Greenplum: distributed like the rows they are joined with; None:
+# replicated (every segment reads its own copy).
 DISTRIBUTION = {
     "schema_version": (),
     "image_tables": ("table_schema", "table_name"),
     "runs": ("run_id",),
     "run_iterations": ("run_id",),
-    "segment_models": ("__dist_key__",),  # like image tables: joined by key without motion
+    "checkpoints": ("run_id",),
+    "transfers": None,
 }
+CHUNKED = ("checkpoints", "transfers")  # their data column: out of line, uncompressed
+RUN_PARTS = ("weights", "rule_state", "optimizer")  # a checkpoint's vectors (key -1)
+SEGMENT_PARTS = ("segment_weights", "segment_optimizer")  # each key's next start
+
+CHECKPOINT_PREFIX = (
+    ("run_id", "bigint"),
+    ("iteration", "integer"),
+    ("part", "text"),
+    ("__dist_key__", "integer"),
+)
 
 
 @cache
@@ -97,21 +127,28 @@ def tables(schema: str) -> Tables:
         sa.Column("run_id", sa.BigInteger, primary_key=True),
         sa.Column("iteration", sa.Integer, primary_key=True),
         sa.Column("metrics", sa.Text, nullable=False),
-        sa.Column("weights", sa.LargeBinary, nullable=False),
-        sa.Column("rule_state", sa.LargeBinary),
-        sa.Column("optimizer", sa.LargeBinary),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
     )
-    segment_models = sa.Table(
-        "segment_models",
+    checkpoints = sa.Table(
+        "checkpoints",
         md,
         sa.Column("run_id", sa.BigInteger, primary_key=True),
+        sa.Column("iteration", sa.Integer, primary_key=True),
+        sa.Column("part", sa.Text, primary_key=True),
         sa.Column("__dist_key__", sa.Integer, primary_key=True),
-        sa.Column("iteration", sa.Integer, nullable=False),
-        sa.Column("weights", sa.LargeBinary, nullable=False),
-        sa.Column("optimizer", sa.LargeBinary),
+        sa.Column("chunk", sa.Integer, primary_key=True),
+        sa.Column("data", sa.LargeBinary, nullable=False),
     )
-    return Tables(version, image_tables, runs, run_iterations, segment_models)
+    transfers = sa.Table(
+        "transfers",
+        md,
+        sa.Column("transfer_id", sa.BigInteger, primary_key=True),
+        sa.Column("__dist_key__", sa.Integer, primary_key=True),
+        sa.Column("chunk", sa.Integer, primary_key=True),
+        sa.Column("data", sa.LargeBinary, nullable=False),
+        prefixes=["UNLOGGED"],  # rewritten every statement; nothing to recover after a crash
+    )
+    return Tables(version, image_tables, runs, run_iterations, checkpoints, transfers)
 
 
 # -- shapes -------------------------------------------------------------------------------------
@@ -134,12 +171,27 @@ def found_version(conn: sa.Connection, backend: Backend) -> int:
 
 def create_ddl(backend: Backend) -> list[str]:
     """CREATE TABLE for every table, with the engine's distribution clause."""
-    t = tables(backend.schema)
-    ddl = []
-    for table in (t.version, t.image_tables, t.runs, t.run_iterations, t.segment_models):
-        text = str(sa.schema.CreateTable(table).compile(dialect=backend.engine.dialect)).strip()
-        ddl.append(text + backend.distribution(*DISTRIBUTION[table.name]))
+    return [
+        statement
+        for table in tables(backend.schema).all()
+        for statement in table_ddl(backend, table)
+    ]
+
+
+def table_ddl(backend: Backend, table: sa.Table) -> list[str]:
+    text = str(sa.schema.CreateTable(table).compile(dialect=backend.engine.dialect)).strip()
+    columns = DISTRIBUTION[table.name]
+    distribution = backend.replicated() if columns is None else backend.distribution(*columns)
+    ddl = [text + distribution]
+    if table.name in CHUNKED:
+        ddl.append(
+            f"ALTER TABLE {_qualified(backend, table.name)} ALTER COLUMN data SET STORAGE EXTERNAL"
+        )
     return ddl
+
+
+def _qualified(backend: Backend, name: str) -> str:
+    return f"{backend.qschema}.{backend.quote(name)}"
 
 
 def ensure_tables(
@@ -171,10 +223,7 @@ def _migrate_1_to_2(conn: sa.Connection, backend: Backend, result_key) -> None:
     """Version 1 had no shape table, runs had no status and no resume key; tables absent in
     version 1 are created."""
     t = tables(backend.schema)
-    ddl = dict(zip(DISTRIBUTION, create_ddl(backend), strict=True))
-    for name, statement in ddl.items():
-        if not _exists(conn, backend, name):
-            conn.exec_driver_sql(statement)
+    _create_missing(conn, backend)
     runs = f"{backend.qschema}.runs"
     if "status" not in _columns(conn, backend, "runs"):
         conn.exec_driver_sql(
@@ -219,8 +268,51 @@ def _migrate_3_to_4(conn: sa.Connection, backend: Backend, result_key) -> None:
         )
 
 
+def _create_missing(conn: sa.Connection, backend: Backend) -> None:
+    for table in tables(backend.schema).all():
+        if not _exists(conn, backend, table.name):
+            for statement in table_ddl(backend, table):
+                conn.exec_driver_sql(statement)
+
+
+def _migrate_4_to_5(conn: sa.Connection, backend: Backend, result_key) -> None:
+    """Shapes 2 to 4 kept each vector as one bytea value (``run_iterations.weights``, ``rule_state``,
+    ``optimizer``; ``segment_models``): they move into ``checkpoints`` in chunks, inside the
+    server, and the old columns and table go."""
+    _create_missing(conn, backend)
+    iterations, old_segments = _qualified(backend, "run_iterations"), "segment_models"
+    moves = []
+    if "weights" in _columns(conn, backend, "run_iterations"):
+        moves += [(iterations, part, part, str(EVERY_KEY)) for part in RUN_PARTS]
+    if _exists(conn, backend, old_segments):
+        source = _qualified(backend, old_segments)
+        moves += [
+            (source, part, part.removeprefix("segment_"), "s.__dist_key__")
+            for part in SEGMENT_PARTS
+        ]
+    target = _qualified(backend, "checkpoints")
+    for source, part, column, key in moves:
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {text_safe(target)} (run_id, iteration, part, __dist_key__, chunk, data) "
+                f"SELECT s.run_id, s.iteration, :part, {key}, g.chunk, "
+                f"substring(s.{column} FROM g.chunk * :size + 1 FOR :size) FROM {text_safe(source)} s "
+                f"CROSS JOIN LATERAL generate_series(0, (octet_length(s.{column}) - 1) / :size) "
+                f"AS g(chunk) WHERE s.{column} IS NOT NULL"
+            ),
+            {"part": part, "size": backend.chunk_bytes},
+        )
+    if "weights" in _columns(conn, backend, "run_iterations"):
+        conn.exec_driver_sql(
+            f"ALTER TABLE {iterations} DROP COLUMN weights, DROP COLUMN rule_state, "
+            "DROP COLUMN optimizer"
+        )
+    if _exists(conn, backend, old_segments):
+        conn.exec_driver_sql(f"DROP TABLE {_qualified(backend, old_segments)}")
+
+
 # MIGRATIONS[i] takes shape i + 1 to shape i + 2.
-MIGRATIONS = (_migrate_1_to_2, _migrate_2_to_3, _migrate_3_to_4)
+MIGRATIONS = (_migrate_1_to_2, _migrate_2_to_3, _migrate_3_to_4, _migrate_4_to_5)
 
 
 def _columns(conn: sa.Connection, backend: Backend, table: str) -> set[str]:
@@ -246,10 +338,9 @@ def schema_is_empty(conn: sa.Connection, schema: str) -> bool:
 
 
 def drop_ddl(backend: Backend) -> list[str]:
-    t = tables(backend.schema)
     return [
-        f"DROP TABLE IF EXISTS {backend.qschema}.{backend.quote(x.name)}"
-        for x in (t.segment_models, t.run_iterations, t.runs, t.image_tables, t.version)
+        f"DROP TABLE IF EXISTS {_qualified(backend, x.name)}"
+        for x in reversed(tables(backend.schema).all())
     ]
 
 
@@ -334,26 +425,57 @@ def set_run_status(
     )
 
 
+def _copy_chunks(
+    conn: sa.Connection,
+    backend: Backend,
+    table: sa.Table,
+    prefix: tuple[tuple[str, str], ...],
+    vectors: Iterable[tuple[tuple, np.ndarray]],
+) -> None:
+    """Write vectors as chunk rows by binary COPY in the caller's transaction: the weights travel
+    as data, never as statement text."""
+    sql = backend.chunk_copy_sql(_qualified(backend, table.name), [name for name, _ in prefix])
+    types = tuple(sql_type for _, sql_type in prefix)
+    stream = CopyStream(chunk_rows(types, vectors, backend.chunk_values))
+    with conn.connection.driver_connection.cursor() as cursor:
+        cursor.copy_expert(sql, stream, size=backend.chunk_bytes + 64)
+    if stream.error is not None:
+        raise stream.error
+
+
+def _read_chunks(conn: sa.Connection, query) -> dict[tuple, np.ndarray]:
+    """(part, key) -> the vector assembled from its chunks (rows: part, key, chunk, data)."""
+    parts: dict[tuple, list] = {}
+    for part, key, chunk, data in conn.execute(query):
+        found = parts.setdefault((part, key), [])
+        if chunk != len(found):
+            raise ValueError(f"stored vector {part} of key {key} lacks chunk {len(found)}")
+        found.append(np.frombuffer(data, dtype="<f4"))
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
 def insert_iteration(
     conn: sa.Connection,
     backend: Backend,
     run_id: int,
     row: dict,
-    weights: bytes,
-    rule_state: bytes | None,
-    optimizer: bytes | None,
+    vectors: dict[str, np.ndarray | None],
 ) -> None:
-    t = tables(backend.schema).run_iterations
+    """The iteration's metrics and its checkpoint (``RUN_PARTS`` -> vector or None)."""
+    t = tables(backend.schema)
     conn.execute(
-        t.insert().values(
-            run_id=run_id,
-            iteration=row["iteration"],
-            metrics=json.dumps(row),
-            weights=weights,
-            rule_state=rule_state,
-            optimizer=optimizer,
+        t.run_iterations.insert().values(
+            run_id=run_id, iteration=row["iteration"], metrics=json.dumps(row)
         )
     )
+    c = t.checkpoints
+    conn.execute(c.delete().where(c.c.run_id == run_id, c.c.iteration == row["iteration"]))
+    stored = [
+        ((run_id, row["iteration"], part, EVERY_KEY), vector)
+        for part, vector in vectors.items()
+        if vector is not None
+    ]
+    _copy_chunks(conn, backend, c, CHECKPOINT_PREFIX, stored)
 
 
 def replace_segment_models(
@@ -361,23 +483,30 @@ def replace_segment_models(
     backend: Backend,
     run_id: int,
     iteration: int,
-    starts: dict[int, tuple[bytes, bytes | None]],
+    starts: dict[int, tuple[np.ndarray, np.ndarray | None]],
 ) -> None:
-    t = tables(backend.schema).segment_models
-    conn.execute(t.delete().where(t.c.run_id == run_id))
-    conn.execute(
-        t.insert(),
-        [
-            {
-                "run_id": run_id,
-                "__dist_key__": k,
-                "iteration": iteration,
-                "weights": w,
-                "optimizer": o,
-            }
-            for k, (w, o) in starts.items()
-        ],
-    )
+    """Each key's next start (weights, optimizer state or None) replaces the previous ones."""
+    c = tables(backend.schema).checkpoints
+    conn.execute(c.delete().where(c.c.run_id == run_id, c.c.part.in_(SEGMENT_PARTS)))
+    stored = [
+        ((run_id, iteration, part, key), vector)
+        for key, pair in starts.items()
+        for part, vector in zip(SEGMENT_PARTS, pair, strict=True)
+        if vector is not None
+    ]
+    _copy_chunks(conn, backend, c, CHECKPOINT_PREFIX, stored)
+
+
+def prune_checkpoints(
+    conn: sa.Connection, backend: Backend, run_id: int, keep: Sequence[int]
+) -> int:
+    """Delete the run's checkpoints of every iteration not in ``keep``; the rows deleted."""
+    c = tables(backend.schema).checkpoints
+    return conn.execute(
+        c.delete().where(
+            c.c.run_id == run_id, c.c.part.in_(RUN_PARTS), c.c.iteration.not_in(list(keep))
+        )
+    ).rowcount
 
 
 def run_row(conn: sa.Connection, backend: Backend, run_id: int):
@@ -391,22 +520,69 @@ def iteration_metrics(conn: sa.Connection, backend: Backend, run_id: int) -> lis
     return list(conn.execute(query).scalars())
 
 
-def last_iteration(conn: sa.Connection, backend: Backend, run_id: int):
-    """(weights, rule_state, optimizer) of the newest stored iteration, or None."""
-    t = tables(backend.schema).run_iterations
-    return conn.execute(
-        sa.select(t.c.weights, t.c.rule_state, t.c.optimizer)
-        .where(t.c.run_id == run_id)
-        .order_by(t.c.iteration.desc())
-        .limit(1)
-    ).first()
+def last_checkpoint(
+    conn: sa.Connection, backend: Backend, run_id: int
+) -> tuple[int, dict[str, np.ndarray]] | None:
+    """(iteration, part -> vector) of the newest stored checkpoint whose iteration row exists,
+    or None."""
+    t = tables(backend.schema)
+    c, it = t.checkpoints, t.run_iterations
+    latest = conn.execute(
+        sa.select(sa.func.max(c.c.iteration))
+        .select_from(c.join(it, (it.c.run_id == c.c.run_id) & (it.c.iteration == c.c.iteration)))
+        .where(c.c.run_id == run_id, c.c.part == "weights")
+    ).scalar()
+    if latest is None:
+        return None
+    return int(latest), checkpoint(conn, backend, run_id, int(latest))
 
 
-def segment_models(conn: sa.Connection, backend: Backend, run_id: int) -> list:
-    t = tables(backend.schema).segment_models
+def checkpoint(
+    conn: sa.Connection, backend: Backend, run_id: int, iteration: int
+) -> dict[str, np.ndarray]:
+    """part -> vector of one stored iteration (empty if its checkpoint was not kept)."""
+    c = tables(backend.schema).checkpoints
+    query = (
+        sa.select(c.c.part, c.c["__dist_key__"], c.c.chunk, c.c.data)
+        .where(c.c.run_id == run_id, c.c.iteration == iteration, c.c.part.in_(RUN_PARTS))
+        .order_by(c.c.part, c.c.chunk)
+    )
+    return {part: v for (part, _), v in _read_chunks(conn, query).items()}
+
+
+def stored_parts(conn: sa.Connection, backend: Backend, run_id: int) -> list:
+    """(part, iterations, chunks, bytes) of what the run stores, one row per part."""
+    c = tables(backend.schema).checkpoints
     return conn.execute(
-        sa.select(t.c["__dist_key__"], t.c.weights, t.c.optimizer).where(t.c.run_id == run_id)
+        sa.select(
+            c.c.part,
+            sa.func.array_agg(sa.distinct(c.c.iteration)),
+            sa.func.count(),
+            sa.func.sum(sa.func.octet_length(c.c.data)),
+        )
+        .where(c.c.run_id == run_id)
+        .group_by(c.c.part)
+        .order_by(c.c.part)
     ).all()
+
+
+def segment_models(
+    conn: sa.Connection, backend: Backend, run_id: int
+) -> dict[int, tuple[np.ndarray, np.ndarray | None]]:
+    """Each key's stored next start: (weights, optimizer state or None)."""
+    c = tables(backend.schema).checkpoints
+    query = (
+        sa.select(c.c.part, c.c["__dist_key__"], c.c.chunk, c.c.data)
+        .where(c.c.run_id == run_id, c.c.part.in_(SEGMENT_PARTS))
+        .order_by(c.c["__dist_key__"], c.c.part, c.c.chunk)
+    )
+    found = _read_chunks(conn, query)
+    weights, optimizer = SEGMENT_PARTS
+    return {
+        key: (vector, found.get((optimizer, key)))
+        for (part, key), vector in found.items()
+        if part == weights
+    }
 
 
 def newest_resumable(
@@ -436,21 +612,19 @@ def newest_resumable(
 def run_summaries(conn: sa.Connection, backend: Backend, run_ids: Sequence[int] | None = None):
     """One row per run: id, table, status, error, created, updated, iterations and stored bytes."""
     t = tables(backend.schema)
-    it = t.run_iterations
-    stats = (
+    it, c = t.run_iterations, t.checkpoints
+    counts = (
+        sa.select(it.c.run_id, sa.func.count().label("iterations")).group_by(it.c.run_id).subquery()
+    )
+    sizes = (
         sa.select(
-            it.c.run_id,
-            sa.func.count().label("iterations"),
-            sa.func.coalesce(
-                sa.func.sum(
-                    sa.func.octet_length(it.c.weights)
-                    + sa.func.coalesce(sa.func.octet_length(it.c.rule_state), 0)
-                    + sa.func.coalesce(sa.func.octet_length(it.c.optimizer), 0)
-                ),
-                0,
-            ).label("stored_bytes"),
+            c.c.run_id,
+            sa.func.count(sa.distinct(c.c.iteration))
+            .filter(c.c.part.in_(RUN_PARTS))
+            .label("checkpoints"),
+            sa.func.sum(sa.func.octet_length(c.c.data)).label("stored_bytes"),
         )
-        .group_by(it.c.run_id)
+        .group_by(c.c.run_id)
         .subquery()
     )
     query = (
@@ -462,10 +636,15 @@ def run_summaries(conn: sa.Connection, backend: Backend, run_ids: Sequence[int] 
             t.runs.c.params,
             t.runs.c.created_at,
             t.runs.c.updated_at,
-            sa.func.coalesce(stats.c.iterations, 0).label("iterations"),
-            sa.func.coalesce(stats.c.stored_bytes, 0).label("stored_bytes"),
+            sa.func.coalesce(counts.c.iterations, 0).label("iterations"),
+            sa.func.coalesce(sizes.c.checkpoints, 0).label("checkpoints"),
+            sa.func.coalesce(sizes.c.stored_bytes, 0).label("stored_bytes"),
         )
-        .select_from(t.runs.outerjoin(stats, stats.c.run_id == t.runs.c.run_id))
+        .select_from(
+            t.runs.outerjoin(counts, counts.c.run_id == t.runs.c.run_id).outerjoin(
+                sizes, sizes.c.run_id == t.runs.c.run_id
+            )
+        )
         .order_by(t.runs.c.run_id)
     )
     if run_ids is not None:
@@ -476,6 +655,6 @@ def run_summaries(conn: sa.Connection, backend: Backend, run_ids: Sequence[int] 
 def delete_runs(conn: sa.Connection, backend: Backend, run_ids: Sequence[int]) -> int:
     t = tables(backend.schema)
     ids = list(run_ids)
-    for table in (t.segment_models, t.run_iterations):
+    for table in (t.checkpoints, t.run_iterations):
         conn.execute(table.delete().where(table.c.run_id.in_(ids)))
     return conn.execute(t.runs.delete().where(t.runs.c.run_id.in_(ids))).rowcount

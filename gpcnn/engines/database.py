@@ -15,14 +15,14 @@ from functools import cached_property
 
 import sqlalchemy as sa
 
-from .base import DISPATCHES, Backend
+from .base import DISPATCHES, Backend, check_chunk_bytes
 from .greenplum import GreenplumBackend
 from .postgres import PostgresBackend
 from .sessions import POOL, application_name
 
 DEFAULT_SCHEMA = "gpcnn"
 
-_open: dict[tuple[str, str, str | None], Database] = {}
+_open: dict[tuple[str, str, str | None, int | None], Database] = {}
 _open_lock = threading.Lock()
 
 
@@ -55,10 +55,15 @@ def _known_password(url: sa.URL) -> str | None:
 class Database:
     """A database gpcnn runs on: its URL, gpcnn's schema there, the engine kind and how iterations
     are dispatched (``dispatch``: None for the engine's own way; ``"statement"`` runs PostgreSQL
-    iterations exactly as Greenplum does, one statement for all segments in one session)."""
+    iterations exactly as Greenplum does, one statement for all segments in one session), and the
+    chunk size of the vectors sent and stored (``chunk_bytes``; None: 8 MiB)."""
 
     def __init__(
-        self, url: str | sa.URL, schema: str = DEFAULT_SCHEMA, dispatch: str | None = None
+        self,
+        url: str | sa.URL,
+        schema: str = DEFAULT_SCHEMA,
+        dispatch: str | None = None,
+        chunk_bytes: int | None = None,
     ) -> None:
         if dispatch not in DISPATCHES:
             raise ValueError(f"dispatch={dispatch!r}: choose one of {DISPATCHES}")
@@ -67,6 +72,7 @@ class Database:
         self.url = _driver_url(url)
         self.schema = schema
         self.dispatch = dispatch
+        self.chunk_bytes = None if chunk_bytes is None else check_chunk_bytes(chunk_bytes)
         self.closed = False
 
     @cached_property
@@ -84,7 +90,7 @@ class Database:
         with self.engine.connect() as conn:
             role = conn.execute(sa.text("SELECT current_setting('gp_role', true)")).scalar()
         cls = GreenplumBackend if role else PostgresBackend
-        return cls(self.engine, self.schema, self.dispatch)
+        return cls(self.engine, self.schema, self.dispatch, self.chunk_bytes)
 
     @property
     def kind(self) -> str:
@@ -121,6 +127,7 @@ class Database:
             "url": self.url._replace(password=None).render_as_string(hide_password=False),
             "schema": self.schema,
             "dispatch": self.dispatch,
+            "chunk_bytes": self.chunk_bytes,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -128,11 +135,13 @@ class Database:
         password = _known_password(url)
         if password is not None:
             url = url.set(password=password)
-        self.__init__(url, state["schema"], state["dispatch"])
+        self.__init__(url, state["schema"], state["dispatch"], state.get("chunk_bytes"))
 
     def __repr__(self) -> str:
         shown = self.url.render_as_string(hide_password=True)
         extra = f", dispatch={self.dispatch!r}" if self.dispatch else ""
+        if self.chunk_bytes:
+            extra += f", chunk_bytes={self.chunk_bytes}"
         return f"Database({shown!r}, schema={self.schema!r}{extra})"
 
 
@@ -153,6 +162,7 @@ def connect(
     *,
     schema: str = DEFAULT_SCHEMA,
     dispatch: str | None = None,
+    chunk_bytes: int | None = None,
 ) -> Database:
     """The handle for ``url``, else ``$GPCNN_DATABASE_URL``, else the embedded cluster (started if
     needed); the same handle again for the same arguments until it is closed."""
@@ -165,9 +175,9 @@ def connect(
 
         url = embedded.url()
     parsed = _driver_url(url)
-    key = (parsed.render_as_string(hide_password=False), schema, dispatch)
+    key = (parsed.render_as_string(hide_password=False), schema, dispatch, chunk_bytes)
     with _open_lock:
         db = _open.get(key)
         if db is None:
-            db = _open[key] = Database(parsed, schema, dispatch)
+            db = _open[key] = Database(parsed, schema, dispatch, chunk_bytes)
     return db

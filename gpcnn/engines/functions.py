@@ -36,15 +36,12 @@ class Function:
         )
 
 
-_EVAL_ARGS = (
-    ("x", "bytea"),
-    ("y", "bytea"),
-    ("n", "integer"),
-    ("model_json", "text"),
-    ("options_json", "text"),
-    ("weights", "bytea"),
-)
-_TRAIN_ARGS = (("key", "integer"), *_EVAL_ARGS, ("optimizer", "bytea"), ("expected", "bigint"))
+_START_ARGS = (("key", "integer"), ("chunk", "integer"), ("data", "bytea"))
+_ROW_ARGS = (("x", "bytea"), ("y", "bytea"), ("n", "integer"))
+_MODEL_ARGS = (("model_json", "text"), ("options_json", "text"))
+_EVAL_ARGS = (*_START_ARGS, *_ROW_ARGS, *_MODEL_ARGS)
+_TRAIN_ARGS = (*_EVAL_ARGS, ("expected", "bigint"))
+_MERGE_CHUNK_ARGS = (("chunk", "integer"), ("count", "bigint"), ("data", "bytea"))
 
 FUNCTIONS = (
     Function("probe", (("threads", "integer"),), "text", "segment.probe(threads)"),
@@ -52,17 +49,35 @@ FUNCTIONS = (
         "train_transition",
         (("state", "bytea"), *_TRAIN_ARGS),
         "bytea",
-        "segment.on_segment(key, segment.train_transition, state, key, x, y, n, model_json, "
-        "options_json, weights, optimizer, expected)",
+        "segment.on_segment(key, segment.train_transition, state, key, chunk, data, x, y, n, "
+        "model_json, options_json, expected)",
     ),
     Function(
         "evaluate_transition",
         (("state", "bytea"), *_EVAL_ARGS),
         "bytea",
-        "segment.evaluate_transition(state, x, y, n, model_json, options_json, weights)",
+        "segment.evaluate_transition(state, key, chunk, data, x, y, n, model_json, options_json)",
+    ),
+    Function(
+        "state_chunks",
+        (("state", "bytea"), ("chunk_values", "integer")),
+        "TABLE (chunk integer, count bigint, data bytea)",
+        "segment.state_chunks(state, chunk_values)",
     ),
     Function("merge_states", (("a", "bytea"), ("b", "bytea")), "bytea", "segment.merge(a, b)"),
     Function("final_state", (("state", "bytea"),), "bytea", "segment.final(state)"),
+    Function(
+        "merge_chunk_transition",
+        (("state", "bytea"), *_MERGE_CHUNK_ARGS),
+        "bytea",
+        "segment.merge_chunk_transition(state, chunk, count, data)",
+    ),
+    Function(
+        "merge_chunk_final",
+        (("state", "bytea"),),
+        "bytea",
+        "segment.merge_chunk_final(state)",
+    ),
     Function(
         "predict",
         (
@@ -109,21 +124,33 @@ FUNCTIONS = (
 
 
 def aggregates_ddl(qschema: str) -> list[str]:
-    """``train`` and ``evaluate`` return the raw state (per segment, or combined on a Greenplum
-    coordinator through COMBINEFUNC); ``merge`` adds states and applies ``final_state``."""
+    """``train`` and ``evaluate`` return one segment's small state; they have no combine
+    function: the start vector arrives as the first rows of the group, and the trained vector
+    waits in the process that trained it, so a group is never split across processes.
+    ``merge`` adds small states and applies ``final_state``; ``merge_chunks`` merges one chunk of
+    the segments' vectors (or, for chunk -1, their small states)."""
 
-    def aggregate(name: str, args: tuple[tuple[str, str], ...], sfunc: str, final: str) -> str:
+    def aggregate(name: str, args: tuple[tuple[str, str], ...], sfunc: str, extra: str) -> str:
         types = ", ".join(sql_type for _, sql_type in args)
         return (
             f"CREATE AGGREGATE {qschema}.{name}({types}) (SFUNC = {qschema}.{sfunc}, "
-            f"STYPE = bytea, COMBINEFUNC = {qschema}.merge_states{final})"
+            f"STYPE = bytea{extra})"
         )
 
     return [
         aggregate("train", _TRAIN_ARGS, "train_transition", ""),
         aggregate("evaluate", _EVAL_ARGS, "evaluate_transition", ""),
         aggregate(
-            "merge", (("state", "bytea"),), "merge_states", f", FINALFUNC = {qschema}.final_state"
+            "merge",
+            (("state", "bytea"),),
+            "merge_states",
+            f", COMBINEFUNC = {qschema}.merge_states, FINALFUNC = {qschema}.final_state",
+        ),
+        aggregate(
+            "merge_chunks",
+            _MERGE_CHUNK_ARGS,
+            "merge_chunk_transition",
+            f", FINALFUNC = {qschema}.merge_chunk_final",
         ),
     ]
 

@@ -11,13 +11,19 @@ class GreenplumBackend(Backend):
     kind = "greenplum"
     native_dispatch = "statement"
 
-    def __init__(self, engine: sa.Engine, schema: str = "gpcnn", dispatch: str | None = None):
+    def __init__(
+        self,
+        engine: sa.Engine,
+        schema: str = "gpcnn",
+        dispatch: str | None = None,
+        chunk_bytes: int | None = None,
+    ):
         if dispatch == "sessions":
             raise ValueError(
                 "dispatch='sessions' is PostgreSQL's: on Greenplum one statement reaches every "
                 "segment (dispatch=None or 'statement')"
             )
-        super().__init__(engine, schema, dispatch)
+        super().__init__(engine, schema, dispatch, chunk_bytes)
 
     # Greenplum's catalog: the primaries (content -1 is the coordinator), and the most per host.
     PRIMARIES_SQL = (
@@ -49,6 +55,9 @@ class GreenplumBackend(Backend):
         if not columns:
             return " DISTRIBUTED REPLICATED"
         return f" DISTRIBUTED BY ({', '.join(columns)})"
+
+    def replicated(self) -> str:
+        return " DISTRIBUTED REPLICATED"
 
     KEY_CANDIDATES_PER_SEGMENT = 64
 

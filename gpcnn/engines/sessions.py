@@ -181,11 +181,15 @@ class SegmentSessions:
     def __len__(self) -> int:
         return len(self._connections)
 
-    def _run(self, index: int, sql: str, params: dict) -> list[tuple]:
+    def _run(self, index: int, sql: str, params: dict, binary=None) -> list[tuple]:
         conn = self._connections[index]
         pid = conn.info.backend_pid
         try:
             with conn.cursor() as cursor:
+                if binary is not None:  # a COPY (query) TO STDOUT: rows parsed by the sink
+                    sink = binary()
+                    cursor.copy_expert(cursor.mogrify(sql, params).decode(), sink)
+                    return sink.rows
                 cursor.execute(sql, params)
                 return cursor.fetchall() if cursor.description is not None else []
         except Exception as e:
@@ -196,18 +200,20 @@ class SegmentSessions:
     def _compiled(self, statement: str) -> str:
         return sa.text(statement).compile(dialect=self._dialect).string
 
-    def one(self, sql: str, params: dict) -> list[tuple]:
+    def one(self, sql: str, params: dict, binary=None) -> list[tuple]:
         """Run on the first session."""
-        return self.map(sql, [params])[0]
+        return self.map(sql, [params], binary)[0]
 
-    def map(self, sql: str, params: Sequence[dict]) -> list[list[tuple]]:
+    def map(self, sql: str, params: Sequence[dict], binary=None) -> list[list[tuple]]:
         """Run ``sql`` once per parameter set, the i-th on session i, all at once. On an error or
         Ctrl-C every running statement is cancelled before the exception propagates; a failed
-        statement raises ``SessionError`` (the first failure that is not a cancellation)."""
+        statement raises ``SessionError`` (the first failure that is not a cancellation). With
+        ``binary`` (a factory of ``copy.BinaryRows`` sinks), ``sql`` is a binary
+        ``COPY (query) TO STDOUT`` and its rows come back parsed."""
         if len(params) > len(self._connections):
             raise ValueError(f"{len(params)} statements for {len(self._connections)} sessions")
         sql = self._compiled(sql)
-        futures = [self._pool.submit(self._run, i, sql, p) for i, p in enumerate(params)]
+        futures = [self._pool.submit(self._run, i, sql, p, binary) for i, p in enumerate(params)]
         try:
             wait(futures, return_when="FIRST_EXCEPTION")
             failed = [f.exception() for f in futures if f.done() and f.exception() is not None]

@@ -1,0 +1,166 @@
+"""One epoch of Fashion-MNIST (60,000 images, ``experiments.small_cnn``, plain SGD): plain Keras
+against gpcnn, in one run, repetitions interleaved (issue 12).
+
+    .venv/bin/python bench/epoch.py [--repeats 5] [--batches 32 100] [--out bench/epoch.json]
+
+Variants, per batch size: Keras ``fit`` with 2 and with 1 TensorFlow thread, a ``train_on_batch``
+loop with 2 threads (what a segment runs), gpcnn K = 1 with 2 threads and K = 2 with 1 thread per
+segment (one iteration = one epoch, ``merges_per_epoch=1``). The plain variants run in two
+worker processes (TF's thread count is fixed per process), kept for the whole run; every variant
+is warmed up once (tracing, TF and the model in the backends) before round 1. Each round runs
+every variant once; the report gives medians and the two targets as median ratios within the
+run: K = 1 against ``fit`` with 2 threads (≤ 1.05), K = 2 against the 2-core limit, one-thread
+``fit`` ÷ 2 (≤ 1.10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SCHEMA = "gpcnn_bench_epoch"
+LEARNING_RATE = 0.05
+
+
+def worker(threads: int) -> int:
+    """Answer ``{"variant", "batch"}`` lines with the seconds of one epoch, TF on ``threads``."""
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    from gpcnn import segment
+    from gpcnn.datasets import load_fashion_mnist
+    from gpcnn.experiments import small_cnn
+
+    keras = segment.keras_module(threads=threads)
+    data = load_fashion_mnist()
+    x = segment.to_model_input(data.x_train[..., None] if data.x_train.ndim == 3 else data.x_train)
+    y = data.y_train.astype("int32")
+    models = {}
+    print("ready", flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        batch = int(request["batch"])
+        model = models.get(batch)
+        if model is None:
+            keras.utils.set_random_seed(0)
+            model = models[batch] = small_cnn()
+            model.compile(keras.optimizers.SGD(LEARNING_RATE), "sparse_categorical_crossentropy")
+        started = time.perf_counter()
+        if request["variant"] == "fit":
+            model.fit(x, y, batch_size=batch, epochs=1, shuffle=False, verbose=0)
+        else:
+            for start in range(0, len(x), batch):
+                model.train_on_batch(x[start : start + batch], y[start : start + batch])
+        print(json.dumps(time.perf_counter() - started), flush=True)
+    return 0
+
+
+class Worker:
+    def __init__(self, threads: int) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--worker", str(threads)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        while self.process.stdout.readline().strip() != "ready":
+            pass
+
+    def epoch(self, variant: str, batch: int) -> float:
+        self.process.stdin.write(json.dumps({"variant": variant, "batch": batch}) + "\n")
+        self.process.stdin.flush()
+        return float(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--batches", type=int, nargs="+", default=[32, 100])
+    parser.add_argument("--out", type=Path, default=Path("bench/epoch.json"))
+    parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args.worker)
+
+    import gpcnn
+    from gpcnn import runs
+    from gpcnn.datasets import load_fashion_mnist
+    from gpcnn.estimator import GreenplumCNN
+    from gpcnn.experiments import small_cnn
+
+    db = gpcnn.connect()
+    gpcnn.install(db)
+    data = load_fashion_mnist()
+    tables = {}
+    for k in (1, 2):
+        tables[k] = f"{SCHEMA}.train_k{k}"
+        gpcnn.load_images(
+            db, tables[k], data.x_train, data.y_train, segments=k, replace=True, progress=False
+        )
+    workers = {threads: Worker(threads) for threads in (1, 2)}
+
+    def gpcnn_epoch(k: int, threads: int, batch: int) -> float:
+        est = GreenplumCNN(
+            small_cnn(),
+            iterations=1,
+            batch_size=batch,
+            optimizer="sgd",
+            learning_rate=LEARNING_RATE,
+            threads_per_segment=threads,
+            seed=0,
+            database=db,
+            progress=False,
+        )
+        with est:
+            est.fit(tables[k])
+        runs.delete_runs(db, [est.run_id_])
+        return est.history_[-1]["seconds"]
+
+    variants = {
+        "fit 2 threads": lambda b: workers[2].epoch("fit", b),
+        "fit 1 thread": lambda b: workers[1].epoch("fit", b),
+        "train_on_batch loop 2 threads": lambda b: workers[2].epoch("loop", b),
+        "gpcnn K=1, 2 threads": lambda b: gpcnn_epoch(1, 2, b),
+        "gpcnn K=2, 1 thread each": lambda b: gpcnn_epoch(2, 1, b),
+    }
+    times = {(name, b): [] for name in variants for b in args.batches}
+    for round_ in range(args.repeats + 1):
+        for batch in args.batches:
+            for name, run in variants.items():
+                seconds = run(batch)
+                if round_:
+                    times[(name, batch)].append(seconds)
+                print(f"round {round_} batch {batch} {name}: {seconds:.2f} s", flush=True)
+    for w in workers.values():
+        w.close()
+    report = {"repeats": args.repeats, "batches": {}}
+    for batch in args.batches:
+        medians = {name: statistics.median(times[(name, batch)]) for name in variants}
+        report["batches"][batch] = {
+            "medians": medians,
+            "all": {name: times[(name, batch)] for name in variants},
+            "k1_over_fit2": medians["gpcnn K=1, 2 threads"] / medians["fit 2 threads"],
+            "k2_over_limit": medians["gpcnn K=2, 1 thread each"] / (medians["fit 1 thread"] / 2),
+        }
+    args.out.write_text(json.dumps(report, indent=1))
+    print(
+        json.dumps(
+            {b: {k: v for k, v in r.items() if k != "all"} for b, r in report["batches"].items()},
+            indent=1,
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

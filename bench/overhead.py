@@ -1,0 +1,327 @@
+"""Fixed cost of an iteration for big dense models (issue 12), on the embedded PostgreSQL.
+
+    .venv/bin/python bench/overhead.py [--sizes 0.1 1 10 25 100] [--segments 2 4] \
+        [--big 250] [--repeats 5] [--out bench/overhead.json]
+    .venv/bin/python bench/overhead.py --memory 25 2      # one memory measurement (own process)
+
+Model: 8x8x1 input, Dense(H, relu), Dense(10): 75 H + 10 weights (float32). Table: one buffer of
+16 images per segment, batch 16: each segment trains ONE batch per iteration, so the iteration is
+almost all fixed cost. Fixed cost = iteration time (``seconds`` of the history row: send, train,
+merge, decode; plus storing the iteration, which follows it) minus the same batches trained
+in-process (K batches with one TF thread, divided by min(K, CPUs): the segments run
+concurrently). Repetitions are interleaved:
+round r runs every configuration once (the 100M and 250M ones too, last in each round); the
+first fit of each configuration (TF and model build in the backends) is not counted.
+
+Parts, per iteration (medians): ``send`` (COPY of the start into ``transfers`` and its delete),
+``query`` (the training statements: chunks joined, weights set, batches trained, the trained
+vector read and sent back in chunks; in "statement" dispatch the merge too), ``merge`` (the
+client's chunk merge of the K results, "sessions" dispatch), ``decode`` (result rows to
+vectors), ``store`` (the checkpoint COPY and the iteration row). In-process, in this process,
+on the same model: ``set`` (weights into the model), ``get`` (the trained vector out of it),
+``chunks`` (cutting it into chunk bytes, as ``state_chunks`` does). MB/s = model bytes (float32)
+/ fixed cost, 1 MB = 10^6 bytes.
+
+Memory (``--memory SIZE K``, a fresh process with fresh segment sessions): peak RSS (VmHWM) of
+each segment backend minus its VmHWM after the environment probe, and of this client minus its
+VmHWM once the model is built, over one warm-up fit and one measured iteration, in multiples of
+the model's bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+
+import gpcnn
+from gpcnn import runs, segment
+from gpcnn import weights as wire
+from gpcnn.engines import base, catalog
+from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.estimator import GreenplumCNN
+from gpcnn.tables import load_images
+
+SCHEMA = "gpcnn_bench_overhead"
+IMAGES_PER_SEGMENT = 16
+INPUTS, CLASSES = 64, 10
+
+keras = segment.keras_module(threads=1)
+
+TIMED: dict[str, list[float]] = defaultdict(list)
+
+
+def _timed(owner, name: str, part: str) -> None:
+    """Wrap ``owner.name`` so that every call's duration adds to ``TIMED[part]``."""
+    original = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            TIMED[part].append(time.perf_counter() - started)
+
+    setattr(owner, name, wrapper)
+
+
+for owner, name, part in (
+    (base.Backend, "write_transfer", "send"),
+    (base.Backend, "delete_transfer", "send"),
+    (SegmentSessions, "map", "query"),
+    (base, "merge_trained", "merge"),
+    (base, "_per_key_rows", "decode"),
+    (base, "_merged_rows", "decode"),
+    (catalog, "insert_iteration", "store"),
+):
+    _timed(owner, name, part)
+
+
+def dense_model(million: float):
+    hidden = max(1, round((million * 1e6 - CLASSES) / (INPUTS + 1 + CLASSES)))
+    keras.utils.set_random_seed(0)
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(hidden, activation="relu"),
+            keras.layers.Dense(CLASSES, activation="softmax"),
+        ]
+    )
+
+
+def table_for(db, segments: int) -> str:
+    rng = np.random.default_rng(segments)
+    n = IMAGES_PER_SEGMENT * segments
+    name = f"{SCHEMA}.k{segments}"
+    load_images(
+        db,
+        name,
+        rng.integers(0, 256, (n, 8, 8), dtype=np.uint8),
+        rng.integers(0, CLASSES, n),
+        segments=segments,
+        buffer_size=IMAGES_PER_SEGMENT,
+        replace=True,
+        progress=False,
+    )
+    return name
+
+
+def estimator(db, model) -> GreenplumCNN:
+    return GreenplumCNN(
+        model,
+        iterations=1,
+        merge="average",
+        optimizer="sgd",
+        learning_rate=0.01,
+        batch_size=IMAGES_PER_SEGMENT,
+        optimizer_state="reset",
+        threads_per_segment=1,
+        seed=0,
+        warm_start=True,
+        database=db,
+        progress=False,
+    )
+
+
+def in_process(model, segments: int) -> dict[str, float]:
+    """One segment's batch trained here, and the in-segment vector work, in seconds."""
+    local = keras.models.model_from_json(model.to_json())
+    local.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    x = segment.to_model_input(rng.integers(0, 256, (IMAGES_PER_SEGMENT, 8, 8, 1), np.uint8))
+    y = rng.integers(0, CLASSES, IMAGES_PER_SEGMENT).astype("<i4")
+    local.train_on_batch(x, y)  # trace
+    started = time.perf_counter()
+    for _ in range(segments):
+        local.train_on_batch(x, y)
+    train = (time.perf_counter() - started) / min(segments, os.cpu_count() or 1)
+    vector = wire.vector_of(list(local.weights))
+    started = time.perf_counter()
+    wire.set_model_weights(local, vector)
+    set_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    vector = wire.vector_of(list(local.weights))
+    get_seconds = time.perf_counter() - started
+    values = base.DEFAULT_CHUNK_BYTES // 4
+    started = time.perf_counter()
+    for start in range(0, vector.size, values):
+        vector[start : start + values].tobytes()
+    chunks = time.perf_counter() - started
+    return {"train": train, "set": set_seconds, "get": get_seconds, "chunks": chunks}
+
+
+def measure(sizes, segments, big, repeats, dispatch) -> list[dict]:
+    db = gpcnn.connect(dispatch=dispatch)
+    gpcnn.install(db)
+    configs = [(m, k) for m in sizes for k in segments] + [(m, 2) for m in big]
+    tables = {k: table_for(db, k) for k in sorted({k for _, k in configs})}
+    results = {c: defaultdict(list) for c in configs}
+    run_ids = []
+    for round_ in range(repeats + 1):
+        for million, k in configs:
+            model = dense_model(million)
+            est = estimator(db, model)
+            TIMED.clear()
+            with est:
+                if round_ == 0:  # the warm-up fit: TF and the model built in the backends
+                    est.fit(tables[k])
+                    run_ids.append(est.run_id_)
+                    print(f"warm {million}M K={k}", flush=True)
+                    continue
+                est.fit(tables[k])
+                run_ids.append(est.run_id_)
+            got = results[(million, k)]
+            for part, values in TIMED.items():
+                got[part].append(sum(values))
+            # the history row's seconds end before the iteration is stored
+            got["seconds"].append(est.history_[-1]["seconds"] + got["store"][-1])
+            local = in_process(model, k)
+            for part, value in local.items():
+                got[f"local_{part}"].append(value)
+            got["fixed"].append(got["seconds"][-1] - local["train"])
+            print(
+                f"round {round_} {million}M K={k}: {got['seconds'][-1]:.3f} s, "
+                f"fixed {got['fixed'][-1]:.3f} s",
+                flush=True,
+            )
+            del est, model
+            keras.backend.clear_session()
+    runs.delete_runs(db, run_ids)
+    rows = []
+    for (million, k), got in results.items():
+        model_bytes = 4 * sum(wire.sizes(wire.manifest(dense_model(million))))
+        medians = {part: statistics.median(values) for part, values in got.items()}
+        medians["mb_per_s"] = model_bytes / 1e6 / medians["fixed"]
+        rows.append({"million": million, "segments": k, "model_bytes": model_bytes, **medians})
+    return rows
+
+
+def _hwm(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM for {pid}")
+
+
+def memory(million: float, k: int, dispatch) -> dict:
+    """Peak RSS beyond the baselines, in bytes (fresh process, fresh segment sessions)."""
+    db = gpcnn.connect(dispatch=dispatch)
+    gpcnn.install(db)
+    table = table_for(db, k)
+    sessions = db.backend.open_sessions(k, 1)
+    sessions.map(f"SELECT {db.backend.qschema}.probe(1)", [{}] * len(sessions))
+    pids = [conn.get_backend_pid() for conn in sessions._connections]
+    backend_base = {pid: _hwm(pid) for pid in pids}
+    sessions.release()  # to the pool: the estimator takes these very sessions
+    model = dense_model(million)
+    client_base = _hwm(os.getpid())
+    est = estimator(db, model)
+    with est:
+        est.fit(table)
+        est.fit(table)
+        runs.delete_runs(db, [est.run_id_])
+        peaks = {pid: _hwm(pid) - backend_base[pid] for pid in pids}
+    model_bytes = 4 * sum(wire.sizes(wire.manifest(model)))
+    return {
+        "million": million,
+        "segments": k,
+        "dispatch": db.backend.dispatch,
+        "model_bytes": model_bytes,
+        "backend_peak_x": max(peaks.values()) / model_bytes,
+        "client_peak_x": (_hwm(os.getpid()) - client_base) / model_bytes,
+    }
+
+
+PARTS = ("send", "query", "decode", "merge", "store")
+
+
+def markdown(report: dict) -> str:
+    """The tables of docs/benchmarks.md from a report (``--markdown REPORT.json``)."""
+    lines = [
+        "| weights | K | iteration s | in-process train s | fixed s | MB/s | "
+        + " | ".join(f"{p} s" for p in PARTS)
+        + " | set / get / chunks s (in-process) |",
+        "|---|---|---|---|---|---|" + "---|" * len(PARTS) + "---|",
+    ]
+    for r in report["rows"]:
+        parts = " | ".join(f"{r.get(p, 0):.3f}" for p in PARTS)
+        local = f"{r['local_set']:.3f} / {r['local_get']:.3f} / {r['local_chunks']:.3f}"
+        lines.append(
+            f"| {r['million']:g}M ({r['model_bytes'] / 1e6:.1f} MB) | {r['segments']} | "
+            f"{r['seconds']:.3f} | {r['local_train']:.3f} | {r['fixed']:.3f} | "
+            f"{r['mb_per_s']:.0f} | {parts} | {local} |"
+        )
+    if report.get("memory"):
+        lines += [
+            "",
+            "| weights | K | peak per segment backend (× model) | client peak (× model) |",
+            "|---|---|---|---|",
+        ]
+        for m in report["memory"]:
+            lines.append(
+                f"| {m['million']:g}M ({m['model_bytes'] / 1e6:.1f} MB) | {m['segments']} | "
+                f"{m['backend_peak_x']:.2f} | {m['client_peak_x']:.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1, 10, 25, 100])
+    parser.add_argument("--segments", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--big", type=float, nargs="*", default=[250], help="at K = 2 only")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--dispatch", choices=["sessions", "statement"], default=None)
+    parser.add_argument("--memory", nargs=2, metavar=("MILLION", "K"))
+    parser.add_argument("--memory-runs", nargs="*", default=[], metavar="MILLION:K")
+    parser.add_argument("--out", type=Path, default=Path("bench/overhead.json"))
+    parser.add_argument("--markdown", nargs="+", type=Path, metavar="REPORT")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        for path in args.markdown:
+            print(markdown(json.loads(path.read_text())), end="\n\n")
+        return 0
+    if args.memory:
+        print(json.dumps(memory(float(args.memory[0]), int(args.memory[1]), args.dispatch)))
+        return 0
+    report = {
+        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
+        "dispatch": args.dispatch or "native",
+        "rows": measure(args.sizes, args.segments, args.big, args.repeats, args.dispatch),
+        "memory": [],
+    }
+    for spec in args.memory_runs:
+        million, k = spec.split(":")
+        command = [sys.executable, __file__, "--memory", million, k]
+        if args.dispatch:
+            command += ["--dispatch", args.dispatch]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+        report["memory"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    args.out.write_text(json.dumps(report, indent=1))
+    for row in report["rows"]:
+        print(
+            f"{row['million']:>6}M K={row['segments']}: fixed {row['fixed']:.3f} s "
+            f"({row['mb_per_s']:.0f} MB/s), iteration {row['seconds']:.3f} s"
+        )
+    for row in report["memory"]:
+        print(row)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,301 @@
+"""Big models (issue 12): vectors in chunks everywhere — the start sent to the segments, the
+trained vectors coming back, their merge, the stored checkpoints — exercised with 64 KB chunks and
+a 1M-weight model; statement texts that stay small whatever the model's size; image counts past
+2**24, where MADlib's float32 count stops being exact."""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from conftest import TEST_SCHEMA, test_url
+from test_training import estimator, reference, shards
+
+import gpcnn
+from gpcnn import embedded, runs, segment
+from gpcnn import weights as wire
+from gpcnn.engines import catalog
+from gpcnn.engines.base import merge_trained
+from gpcnn.engines.copy import BinaryRows, chunk_rows
+from gpcnn.tables import load_images
+from gpcnn.training import Retention
+
+keras = segment.keras_module()
+
+CHUNK_BYTES = 64 << 10
+DATA_SCHEMA = "gpcnn_big_models_test"
+STATEMENT_LIMIT = 10_000
+
+
+def wide_model():
+    """About 1M weights (4 MB): 63 chunks of 64 KB."""
+    keras.utils.set_random_seed(5)
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(15_000, activation="relu"),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def chunked(engine_any_dispatch):
+    """The test database in each dispatch mode, with 64 KB chunks."""
+    db = gpcnn.connect(
+        test_url(),
+        schema=TEST_SCHEMA,
+        dispatch=engine_any_dispatch.dispatch,
+        chunk_bytes=CHUNK_BYTES,
+    )
+    yield db
+    db.close()
+
+
+@pytest.fixture(scope="module")
+def table(chunked):
+    rng = np.random.default_rng(8)
+    labels = rng.integers(0, 3, 120)
+    images = rng.integers(0, 120, (120, 8, 8), dtype=np.uint8)
+    for c in range(3):
+        images[labels == c, :, c * 2 : c * 2 + 3] += 120
+    name = f"{DATA_SCHEMA}.wide"
+    load_images(
+        chunked, name, images, labels, segments=2, buffer_size=20, replace=True, progress=False
+    )
+    return name
+
+
+def test_a_multi_chunk_model_trains_to_the_reference_and_resumes_from_chunks(chunked, table):
+    model = wide_model()
+    assert sum(wire.sizes(wire.manifest(model))) > 1_000_000
+    with estimator(chunked, TEST_SCHEMA, model, iterations=2, validation_table=table) as whole:
+        whole.fit(table)
+    got = wire.flatten(whole.model_.get_weights())
+    expected = reference(model, shards(chunked, TEST_SCHEMA, table), 2)
+    np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
+    assert whole.history_[-1]["images"] == 120
+
+    with chunked.connect() as conn:
+        count, largest = conn.execute(
+            sa.text(
+                f"SELECT count(*), max(octet_length(data)) FROM {TEST_SCHEMA}.checkpoints "
+                "WHERE run_id = :r AND iteration = 2 AND part = 'weights'"
+            ),
+            {"r": whole.run_id_},
+        ).one()
+        left = conn.execute(sa.text(f"SELECT count(*) FROM {TEST_SCHEMA}.transfers")).scalar()
+    assert count == math.ceil(got.nbytes / CHUNK_BYTES) and largest <= CHUNK_BYTES
+    assert left == 0  # every statement's transfer is deleted after it
+
+    with estimator(chunked, TEST_SCHEMA, model, iterations=1) as first:
+        first.fit(table)
+    with estimator(chunked, TEST_SCHEMA, model, iterations=2) as resumed:
+        resumed.fit(table, resume=first.run_id_)
+    np.testing.assert_array_equal(wire.flatten(resumed.model_.get_weights()), got)
+
+
+def _statements(log: str) -> list[str]:
+    """The statement texts ``log_statement = 'all'`` wrote (log_line_prefix '%m [%p] ')."""
+    entries = re.split(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ \w+ \[\d+\] ", log, flags=re.M)
+    marker = "LOG:  statement: "
+    return [e.split(marker, 1)[1] for e in entries if e.startswith(marker)]
+
+
+@pytest.mark.skipif(test_url() is not None, reason="reads the embedded cluster's server log")
+def test_statement_texts_stay_small_whatever_the_model_size(chunked, table):
+    """Weights travel by COPY, as data: every statement of a fit (training, merge, validation,
+    storage) stays under 10 KB with a 4 MB model, whose weights as a literal would take 8 MB."""
+    path = str(embedded.cluster().log_file)
+    admin = chunked.engine.execution_options(isolation_level="AUTOCOMMIT")
+
+    def configure(statement: str) -> int:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(statement)
+            conn.exec_driver_sql("SELECT pg_reload_conf()")
+            time.sleep(1)  # the reload reaches the sessions asynchronously
+            return conn.execute(sa.text("SELECT (pg_stat_file(:p)).size"), {"p": path}).scalar()
+
+    start = configure("ALTER SYSTEM SET log_statement = 'all'")
+    try:
+        with estimator(
+            chunked, TEST_SCHEMA, wide_model(), iterations=2, validation_table=table
+        ) as est:
+            est.fit(table)
+    finally:
+        end = configure("ALTER SYSTEM RESET log_statement")
+    with admin.connect() as conn:
+        log = conn.execute(
+            sa.text("SELECT pg_read_file(:p, :start, :length)"),
+            {"p": path, "start": start, "length": end - start},
+        ).scalar()
+    statements = _statements(log)
+    assert any("state_chunks" in s for s in statements), "the training statements were logged"
+    assert any(s.startswith("COPY ") and ".transfers" in s for s in statements)
+    longest = max(statements, key=len)
+    assert len(longest) < STATEMENT_LIMIT, longest[:300]
+
+
+def test_merges_keep_counts_exact_beyond_float32(engine):
+    """Counts of 2**24 + 1 and more: float32 (MADlib's count) rounds them, the merge must not.
+    The in-database chunk merge, the client's merge of K sessions' results and the small
+    states agree with the exact float64 average."""
+    big = 2**24 + 1
+    counts = [big, 1, 2]
+    vectors = [
+        np.array([1.0, 0.5, -3.0, 1e-3], dtype=np.float32),
+        np.array([0.0, 0.25, 7.0, 2.0], dtype=np.float32),
+        np.array([3.0, -1.0, 0.0, 5.0], dtype=np.float32),
+    ]
+    assert np.float32(big) + np.float32(1) + np.float32(2) != big + 3  # float32 loses them
+    exact = (
+        sum(v.astype(np.float64) * n for v, n in zip(vectors, counts, strict=True)) / sum(counts)
+    ).astype(np.float32)
+    states = [segment.encode_state({"count": n, "sums": {"loss": 0.5 * n}}) for n in counts]
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                f"SELECT chunk, {TEST_SCHEMA}.merge_chunks(chunk, count, data ORDER BY key) "
+                "FROM unnest(CAST(:keys AS integer[]), CAST(:chunks AS integer[]), "
+                "CAST(:counts AS bigint[]), CAST(:data AS bytea[])) AS s(key, chunk, count, data) "
+                "GROUP BY chunk ORDER BY chunk"
+            ),
+            {
+                "keys": [0, 1, 2, 0, 1, 2],
+                "chunks": [-1, -1, -1, 0, 0, 0],
+                "counts": counts * 2,
+                "data": states + [v.tobytes() for v in vectors],
+            },
+        ).all()
+    merged_state = segment.decode_state(bytes(rows[0][1]))
+    assert merged_state["count"] == big + 3
+    assert merged_state["sums"]["loss"] == 0.5 * (big + 3)
+    np.testing.assert_array_equal(np.frombuffer(bytes(rows[1][1]), dtype="<f4"), exact)
+
+    per_key = {
+        key: (segment.decode_state(state), {0: memoryview(vector.tobytes())}, n)
+        for key, (state, vector, n) in enumerate(zip(states, vectors, counts, strict=True))
+    }
+    client = merge_trained(per_key)
+    np.testing.assert_array_equal(client.vector, exact)
+    assert client.metrics == {"images": big + 3, "loss": 0.5}
+
+
+def test_retention_keeps_the_last_the_best_and_every_kth():
+    rows = [
+        {"iteration": i, "loss": loss, "val_loss": val}
+        for i, loss, val in [
+            (1, 3.0, 2.0),
+            (2, 2.0, 1.0),
+            (3, 1.5, 1.5),
+            (4, 1.0, 1.2),
+            (5, 0.9, 1.4),
+        ]
+    ]
+    assert Retention(every=2).keep(rows) == {5, 2, 4}  # last, best val_loss (2), every 2nd
+    assert Retention(every=10).keep([{k: r[k] for k in ("iteration", "loss")} for r in rows]) == {5}
+    assert Retention().keep([]) == set()
+
+
+def test_a_run_stores_what_retention_keeps_and_shows_its_size(chunked, table):
+    est = estimator(chunked, TEST_SCHEMA, wide_model(), iterations=3, validation_table=table)
+    with est:
+        est.fit(table)
+    shown = runs.show_run(chunked, est.run_id_)
+    expected = sorted(Retention().keep(est.history_))
+    model_bytes = 4 * sum(wire.sizes(wire.manifest(est.model_)))
+    assert shown["stored"]["weights"]["iterations"] == expected
+    assert shown["stored"]["weights"]["bytes"] == model_bytes * len(expected)
+    assert shown["stored"]["weights"]["chunks"] == len(expected) * math.ceil(
+        model_bytes / CHUNK_BYTES
+    )
+    assert shown["checkpoints"] == len(expected)
+    assert shown["stored_bytes"] == sum(p["bytes"] for p in shown["stored"].values())
+    assert [r["iteration"] for r in shown["history"]] == [1, 2, 3]  # metrics are all kept
+    runs.delete_runs(chunked, [est.run_id_])
+
+
+def test_shape_2_vectors_move_into_chunked_checkpoints(engine):
+    """Upgrading keeps every stored vector: shape 2's one-value columns are cut into chunks."""
+    schema = "gpcnn_migration_test"
+    db = gpcnn.connect(test_url(), schema=schema, chunk_bytes=4096)
+    weights = np.arange(2500, dtype="<f4")  # 10,000 bytes: three chunks of 4,096
+    optimizer = np.arange(7, dtype="<f4")
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+        conn.exec_driver_sql(f"CREATE TABLE {schema}.schema_version (version integer NOT NULL)")
+        conn.exec_driver_sql(f"INSERT INTO {schema}.schema_version VALUES (2)")
+        conn.exec_driver_sql(
+            f"CREATE TABLE {schema}.run_iterations (run_id bigint, iteration integer, "
+            "metrics text NOT NULL, weights bytea NOT NULL, rule_state bytea, optimizer bytea, "
+            "created_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (run_id, iteration))"
+        )
+        conn.exec_driver_sql(
+            f"CREATE TABLE {schema}.segment_models (run_id bigint, __dist_key__ integer, "
+            "iteration integer NOT NULL, weights bytea NOT NULL, optimizer bytea, "
+            "PRIMARY KEY (run_id, __dist_key__))"
+        )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {schema}.run_iterations (run_id, iteration, metrics, weights, "
+                "optimizer) VALUES (1, 1, '{}', :w, :o)"
+            ),
+            {"w": weights.tobytes(), "o": optimizer.tobytes()},
+        )
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {schema}.segment_models VALUES (1, 0, 1, :w, NULL), (1, 1, 1, :w, :o)"
+            ),
+            {"w": weights.tobytes(), "o": optimizer.tobytes()},
+        )
+        catalog.ensure_tables(conn, db.backend)
+    with db.connect() as conn:
+        assert catalog.found_version(conn, db.backend) == catalog.SHAPE_VERSION
+        iteration, parts = catalog.last_checkpoint(conn, db.backend, 1)
+        segments = catalog.segment_models(conn, db.backend, 1)
+        chunks = conn.execute(
+            sa.text(f"SELECT count(*) FROM {schema}.checkpoints WHERE part = 'weights'")
+        ).scalar()
+        columns = conn.execute(
+            sa.text(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = :s "
+                "AND table_name = 'run_iterations'"
+            ),
+            {"s": schema},
+        ).scalars()
+        assert set(columns) == {"run_id", "iteration", "metrics", "created_at"}
+    assert chunks == 3 and iteration == 1
+    np.testing.assert_array_equal(parts["weights"], weights)
+    np.testing.assert_array_equal(parts["optimizer"], optimizer)
+    assert "rule_state" not in parts
+    np.testing.assert_array_equal(segments[0][0], weights)
+    assert segments[0][1] is None
+    np.testing.assert_array_equal(segments[1][1], optimizer)
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+    db.close()
+
+
+@pytest.mark.parametrize("piece", [1, 7, 4096, 1 << 20])
+def test_binary_copy_rows_round_trip_however_the_stream_is_cut(piece):
+    """``chunk_rows`` writes what the server's binary COPY reads; ``BinaryRows`` parses what it
+    writes, whether a message holds many rows or a row spans many messages."""
+    vectors = [((7, -1), np.arange(10, dtype="<f4")), ((7, 3), np.arange(3, dtype="<f4") + 0.5)]
+    stream = b"".join(chunk_rows(("bigint", "integer"), vectors, 4))
+    sink = BinaryRows(("bigint", "integer", "integer", "bytea"))
+    for start in range(0, len(stream), piece):
+        sink.write(stream[start : start + piece])
+    got = [(a, b, c, np.frombuffer(d, dtype="<f4").tolist()) for a, b, c, d in sink.rows]
+    assert got == [
+        (7, -1, 0, [0.0, 1.0, 2.0, 3.0]),
+        (7, -1, 1, [4.0, 5.0, 6.0, 7.0]),
+        (7, -1, 2, [8.0, 9.0]),
+        (7, 3, 0, [0.5, 1.5, 2.5]),
+    ]
