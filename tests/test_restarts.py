@@ -116,12 +116,17 @@ def _intact(db, run_id: int, iterations: int) -> None:
     stored = runs.load_run(db, run_id)
     assert [r["iteration"] for r in stored.iterations] == list(range(1, iterations + 1))
     size = wire.WIRE_DTYPE.itemsize * sum(wire.sizes(wire.manifest(estimator(db).model)))
-    with db.connect() as conn:
-        lengths = conn.execute(
-            sa.text(f"SELECT octet_length(weights) FROM {SCHEMA}.run_iterations WHERE run_id = :r"),
-            {"r": run_id},
-        ).scalars()
-        assert set(lengths) == {size}
+    with db.connect() as conn:  # the checkpoints kept (the last among them) are whole
+        models = dict(
+            conn.execute(
+                sa.text(
+                    f"SELECT iteration, sum(octet_length(data)) FROM {SCHEMA}.checkpoints "
+                    "WHERE run_id = :r AND part = 'weights' GROUP BY iteration"
+                ),
+                {"r": run_id},
+            ).all()
+        )
+    assert iterations in models and set(models.values()) == {size}
 
 
 def _finish(db, run_id: int) -> None:

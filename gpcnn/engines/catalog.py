@@ -251,6 +251,7 @@ def _migrate_1_to_2(conn: sa.Connection, backend: Backend, result_key) -> None:
 
 def _migrate_2_to_3(conn: sa.Connection, backend: Backend, result_key) -> None:
     """Image tables record their layout; tables loaded before have layout 1 (no image ids)."""
+    _create_missing(conn, backend)
     if "layout" not in _columns(conn, backend, "image_tables"):
         conn.exec_driver_sql(
             f"ALTER TABLE {backend.qschema}.image_tables "
@@ -260,6 +261,7 @@ def _migrate_2_to_3(conn: sa.Connection, backend: Backend, result_key) -> None:
 
 def _migrate_3_to_4(conn: sa.Connection, backend: Backend, result_key) -> None:
     """Image tables record how their images were dealt; earlier tables were all IID."""
+    _create_missing(conn, backend)
     if "distribution" not in _columns(conn, backend, "image_tables"):
         conn.exec_driver_sql(
             f"ALTER TABLE {backend.qschema}.image_tables "
