@@ -13,6 +13,7 @@ import pytest
 from sklearn.base import clone, is_classifier
 from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV, cross_val_score
+from tiny import learnable_images, tiny_cnn
 
 from gpcnn import cli, runs, segment, staging
 from gpcnn import weights as wire
@@ -23,26 +24,9 @@ keras = segment.keras_module()
 DATA = "gpcnn_estimator_test"
 
 
-def tiny_cnn():
-    keras.utils.set_random_seed(7)
-    return keras.Sequential(
-        [
-            keras.Input((8, 8, 1)),
-            keras.layers.Conv2D(3, 3, activation="relu"),
-            keras.layers.Flatten(),
-            keras.layers.Dense(3, activation="softmax"),
-        ]
-    )
-
-
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(3)
-    labels = rng.integers(0, 3, 120)
-    images = rng.integers(0, 120, (120, 8, 8), dtype=np.uint8)
-    for c in range(3):
-        images[labels == c, :, c * 2 : c * 2 + 3] += 120
-    return images, labels
+    return learnable_images(120)
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from tiny import learnable_images, tiny_cnn
 
 from gpcnn import merge, segment
 from gpcnn import weights as wire
@@ -35,24 +36,12 @@ def engine(engine_any_dispatch):
 
 @pytest.fixture(scope="module")
 def model():
-    keras.utils.set_random_seed(7)
-    return keras.Sequential(
-        [
-            keras.Input((8, 8, 1)),
-            keras.layers.Conv2D(3, 3, activation="relu"),
-            keras.layers.Flatten(),
-            keras.layers.Dense(3, activation="softmax"),
-        ]
-    )
+    return tiny_cnn()
 
 
 @pytest.fixture(scope="module")
 def tables(engine, schema):
-    rng = np.random.default_rng(3)
-    labels = rng.integers(0, 3, 150)
-    images = rng.integers(0, 120, (150, 8, 8), dtype=np.uint8)
-    for c in range(3):
-        images[labels == c, :, c * 2 : c * 2 + 3] += 120
+    images, labels = learnable_images(150)
     load_images(
         engine,
         TRAIN,

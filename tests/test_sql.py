@@ -108,7 +108,7 @@ def test_statement_dispatch_on_postgres_sends_greenplums_statements():
         assert pg.training_sql("img.t", outer) == gp.training_sql("img.t", outer)
         assert pg.evaluation_sql("img.t", outer) == gp.evaluation_sql("img.t", outer)
     assert pg.prediction_sql("img.t") == gp.prediction_sql("img.t")
-    with pytest.raises(ValueError, match="PostgreSQL's"):
+    with pytest.raises(ValueError, match="dispatch='sessions' on greenplum"):
         GreenplumBackend(OFFLINE, "gpcnn", dispatch="sessions")
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 from sklearn.base import clone
+from tiny import learnable_images
 
 from gpcnn import segment
 from gpcnn import weights as wire
@@ -41,13 +42,7 @@ def engine(engine_any_dispatch):
 
 @pytest.fixture(scope="module")
 def data():
-    rng = np.random.default_rng(3)
-    labels = rng.integers(0, 3, 150)
-    # Learnable: each class brightens a different third of the image.
-    images = rng.integers(0, 120, (150, 8, 8), dtype=np.uint8)
-    for c in range(3):
-        images[labels == c, :, c * 2 : c * 2 + 3] += 120
-    return images, labels
+    return learnable_images(150)
 
 
 @pytest.fixture(scope="module")

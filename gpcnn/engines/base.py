@@ -44,6 +44,7 @@ class Backend:
 
     kind: ClassVar[str] = "abstract"
     native_dispatch: ClassVar[str] = "sessions"
+    dispatches: ClassVar[tuple[str | None, ...]] = DISPATCHES  # the ones this engine can run
 
     def __init__(
         self,
@@ -52,8 +53,11 @@ class Backend:
         dispatch: str | None = None,
         chunk_bytes: int | None = None,
     ):
-        if dispatch not in DISPATCHES:
-            raise ValueError(f"dispatch={dispatch!r}: choose one of {DISPATCHES}")
+        if dispatch not in self.dispatches:
+            raise ValueError(
+                f"dispatch={dispatch!r} on {self.kind}: choose one of {self.dispatches} (None: "
+                f"the engine's own, {self.native_dispatch!r})"
+            )
         self.engine = engine
         self.schema = schema
         self.dispatch = dispatch or self.native_dispatch

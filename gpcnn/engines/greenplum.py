@@ -11,19 +11,8 @@ class GreenplumBackend(Backend):
     kind = "greenplum"
     native_dispatch = "statement"
 
-    def __init__(
-        self,
-        engine: sa.Engine,
-        schema: str = "gpcnn",
-        dispatch: str | None = None,
-        chunk_bytes: int | None = None,
-    ):
-        if dispatch == "sessions":
-            raise ValueError(
-                "dispatch='sessions' is PostgreSQL's: on Greenplum one statement reaches every "
-                "segment (dispatch=None or 'statement')"
-            )
-        super().__init__(engine, schema, dispatch, chunk_bytes)
+    # one statement reaches every segment: a session per segment is PostgreSQL's way
+    dispatches = (None, "statement")
 
     # Greenplum's catalog: the primaries (content -1 is the coordinator), and the most per host.
     PRIMARIES_SQL = (
