@@ -1,4 +1,4 @@
-"""One epoch of Fashion-MNIST (60,000 images, ``experiments.small_cnn``, plain SGD): plain Keras
+"""One epoch of Fashion-MNIST (60,000 images, ``models.small_cnn``, plain SGD): plain Keras
 against gpcnn, in one run, repetitions interleaved (issue 12).
 
     .venv/bin/python bench/epoch.py [--repeats 5] [--batches 32 100] [--out bench/epoch.json]
@@ -35,7 +35,7 @@ def worker(threads: int) -> int:
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     from gpcnn import segment
     from gpcnn.datasets import load_fashion_mnist
-    from gpcnn.experiments import small_cnn
+    from gpcnn.models import small_cnn
 
     keras = segment.keras_module(threads=threads)
     data = load_fashion_mnist()
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     from gpcnn import runs
     from gpcnn.datasets import load_fashion_mnist
     from gpcnn.estimator import GreenplumCNN
-    from gpcnn.experiments import small_cnn
+    from gpcnn.models import small_cnn
 
     db = gpcnn.connect()
     gpcnn.install(db)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             threads_per_segment=threads,
             seed=0,
             database=db,
-            progress=False,
+            verbose=0,
         )
         with est:
             est.fit(tables[k])

@@ -134,7 +134,7 @@ def estimator(db, model) -> GreenplumCNN:
         seed=0,
         warm_start=True,
         database=db,
-        progress=False,
+        verbose=0,
     )
 
 
