@@ -20,10 +20,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
+import sqlalchemy as sa
 
 import gpcnn
 from gpcnn import datasets
 from gpcnn.engines.catalog import relation_exists
+from gpcnn.engines.packing import SourceQueries
 
 SCHEMA = "gpcnn_bench_pack"  # gpcnn's functions and the image tables
 DATA = "gpcnn_bench_pack_rows"  # the source table
@@ -44,6 +46,28 @@ def build_source(db: gpcnn.Database, x: np.ndarray, y: np.ndarray) -> None:
         with conn.connection.driver_connection.cursor() as cursor:
             cursor.copy_expert(f"COPY {SOURCE} FROM STDIN", lines)
         conn.exec_driver_sql(f"ANALYZE {SOURCE}")
+
+
+def time_parts(db: gpcnn.Database) -> dict[str, float]:
+    """Where pack_table's time goes: its own statements' pieces, each alone, once."""
+    queries = SourceQueries(db.backend, SOURCE, "img", "label", "id", "smallint[]")
+    convert = (
+        f"SELECT sum(octet_length({db.backend.qschema}.pixel_bytes("
+        f"CAST(img AS double precision[]), false))) FROM {SOURCE}"
+    )
+    window = f"SELECT count(*) FROM (SELECT row_number() OVER (ORDER BY id), img FROM {SOURCE}) s"
+    parts = {
+        "range check (unnest of every value)": (queries.out_of_range_sql(), {"top": 255.0}),
+        "pixel_bytes conversion (PL/Python)": (convert, {}),
+        "window over the rows in id order": (window, {}),
+    }
+    times = {}
+    with db.connect() as conn:
+        for what, (sql, params) in parts.items():
+            start = time.perf_counter()
+            conn.execute(sa.text(sql), params).all()
+            times[what] = time.perf_counter() - start
+    return times
 
 
 def time_pack(db: gpcnn.Database, segments: int) -> float:
@@ -88,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
         each = ", ".join(f"{t:.1f}" for t in runs)
         print(f"| `{what}` | {median:.1f} | {mb / median:.1f} | {each} |")
     ratio = statistics.median(times["pack_table"]) / statistics.median(times["load_images"])
-    print(f"\npack_table / load_images, median seconds: {ratio:.1f}x")
+    print(f"\npack_table / load_images, median seconds: {ratio:.1f}x\n\nparts, each alone, once:")
+    for what, seconds in time_parts(db).items():
+        print(f"  {what}: {seconds:.2f} s")
     for table in ("packed", "loaded"):
         gpcnn.drop_table(db, f"{SCHEMA}.{table}")
     with db.begin() as conn:

@@ -1,10 +1,11 @@
 """One fit's iterations: what each segment starts from, the aggregate query, the merge rule.
 
-Per iteration: the rule says what every segment starts from (one model for all, or each its own,
-then written to ``segment_models`` and joined by key in the query); the ``train`` aggregate runs on
-every segment over this iteration's slice of its buffers; the result is either the in-database
-weighted average (rules that need only it) or each segment's model; the rule makes the next model;
-the row and what a resume needs are stored in one transaction.
+Per iteration: the rule says what every segment starts from (one model for all, or each its own),
+sent through ``transfers`` and joined by key in the query; the ``train`` aggregate runs on every
+segment over this iteration's slice of its buffers; the result is either the image-weighted
+average (merged chunk by chunk) or each segment's model; the rule makes the next model; the row
+and what a resume needs (chunked checkpoints, by the retention rule) are stored in one
+transaction.
 """
 
 from __future__ import annotations

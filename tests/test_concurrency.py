@@ -14,13 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from tiny import dense_net
 
 import gpcnn
-from gpcnn import runs, segment
+from gpcnn import runs
 from gpcnn import weights as wire
 from gpcnn.tables import STAGING_SUFFIX, TableError, describe, load_images, read_images
-
-keras = segment.keras_module()
 
 DATA = "gpcnn_concurrency_test"
 CHILD = [sys.executable, str(Path(__file__).parent / "children" / "fit.py")]
@@ -28,14 +27,7 @@ CHILD = [sys.executable, str(Path(__file__).parent / "children" / "fit.py")]
 
 def estimator(db) -> gpcnn.GreenplumCNN:
     """The fit every process runs (deterministic: seeds, one TF thread per segment)."""
-    keras.utils.set_random_seed(7)
-    model = keras.Sequential(
-        [
-            keras.Input((8, 8, 1)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(3, activation="softmax"),
-        ]
-    )
+    model = dense_net()
     return gpcnn.GreenplumCNN(
         model, iterations=2, seed=3, database=db, threads_per_segment=1, verbose=0
     )

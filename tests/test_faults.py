@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from tiny import dense_net
 
 from gpcnn import runs, segment
 from gpcnn.errors import failure
@@ -36,17 +37,6 @@ def table(engine):
     images = rng.integers(0, 255, (2400, 8, 8), dtype=np.uint8)
     load_images(engine, TABLE, images, labels, segments=2, replace=True, progress=False)
     return describe(engine, TABLE)
-
-
-def small_cnn():
-    keras.utils.set_random_seed(7)
-    return keras.Sequential(
-        [
-            keras.Input((8, 8, 1)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(3, activation="softmax"),
-        ]
-    )
 
 
 def estimator(engine, model, **params) -> GreenplumCNN:
@@ -109,7 +99,7 @@ def _stored_iterations(engine, run_id: int) -> list[dict]:
 
 
 def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table):
-    model = small_cnn()
+    model = dense_net()
     est = estimator(engine, model, iterations=3)
     raised: list[BaseException] = []
 

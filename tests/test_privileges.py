@@ -9,14 +9,12 @@ import secrets
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from tiny import dense_net
 
 import gpcnn
-from gpcnn import segment
 from gpcnn.engines.roles import role_name
 from gpcnn.install import InstallError, bundle_id, installed_version
 from gpcnn.tables import TableError
-
-keras = segment.keras_module()
 
 DATA = "gpcnn_privileges_data"
 USER, STRANGER = "gpcnn_test_alice", "gpcnn_test_mallory"
@@ -58,20 +56,9 @@ def roles(superuser):
             conn.exec_driver_sql(f"DROP ROLE {name}")
 
 
-def small_cnn():
-    keras.utils.set_random_seed(7)
-    return keras.Sequential(
-        [
-            keras.Input((8, 8, 1)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(3, activation="softmax"),
-        ]
-    )
-
-
 def estimator(db, **params) -> gpcnn.GreenplumCNN:
     defaults = dict(iterations=1, seed=0, database=db, threads_per_segment=1, verbose=0)
-    return gpcnn.GreenplumCNN(small_cnn(), **{**defaults, **params})
+    return gpcnn.GreenplumCNN(dense_net(), **{**defaults, **params})
 
 
 def test_a_member_of_the_user_role_loads_fits_evaluates_predicts_and_resumes(roles):

@@ -20,13 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from tiny import dense_net
 
 import gpcnn
-from gpcnn import embedded, runs, segment
+from gpcnn import embedded, runs
 from gpcnn import weights as wire
 from gpcnn.tables import load_images
-
-keras = segment.keras_module()
 
 pytestmark = [
     pytest.mark.skipif(
@@ -70,14 +69,7 @@ def db(cluster):
 
 def estimator(db, iterations: int = ITERATIONS) -> gpcnn.GreenplumCNN:
     """batch_size=2 on 1,200 images per segment: an iteration lasts seconds."""
-    keras.utils.set_random_seed(7)
-    model = keras.Sequential(
-        [
-            keras.Input((8, 8, 1)),
-            keras.layers.Flatten(),
-            keras.layers.Dense(3, activation="softmax"),
-        ]
-    )
+    model = dense_net()
     return gpcnn.GreenplumCNN(
         model,
         iterations=iterations,

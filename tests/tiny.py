@@ -30,3 +30,17 @@ def tiny_cnn(classes: int = 3):
             keras.layers.Dense(classes, activation="softmax"),
         ]
     )
+
+
+def dense_net(classes: int = 3):
+    """Flatten → Dense: the smallest model that trains (seed 7), for tests about everything but
+    the model."""
+    keras = segment.keras_module()
+    keras.utils.set_random_seed(7)
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(classes, activation="softmax"),
+        ]
+    )
