@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The convergence study of docs/convergence.md (issue 15): the BatchNorm CNN on Fashion-MNIST
+# 60k/10k, shuffled buffers, 15 epochs at one merge per epoch. One part per invocation:
+#
+#   bash bench/study.sh sweep   # learning rates for one worker, per optimizer (run first)
+#   bash bench/study.sh a       # with merge vs without: single, none, average, bmuf (K = 4, 8)
+#   bash bench/study.sh b       # the optimizer's state: momentum/Adam x reset/local/average, K = 4
+#   bash bench/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
+#   bash bench/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
+#   bash bench/study.sh e       # sync with and without lr x K, K = 4
+#
+# Every part is resumable: rerun it and finished runs are reused, a half-done run continues from
+# its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
+# figures). Parts a-e take their learning rates from the sweep's committed results
+# (bench/study_lr.py). STUDY_NICE (default 0) lowers the priority of the client and, when this
+# script starts the embedded server, of the server too.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+part=${1:?usage: bench/study.sh sweep|a|b|c|d|e}
+py=(nice -n "${STUDY_NICE:-0}" .venv/bin/python)
+gpcnn=("${py[@]}" -m gpcnn.cli)
+schema=(--schema gpcnn_study)  # a schema of its own: nothing else upgrades its functions
+out=docs/img/study
+"${gpcnn[@]}" db start >/dev/null
+"${gpcnn[@]}" install "${schema[@]}" >/dev/null  # this checkout's in-database code
+
+fashion=(--dataset fashion-mnist --model bn-cnn --shuffle --iterations 15 "${schema[@]}")
+lr() { "${py[@]}" bench/study_lr.py "$out/sweep" "$1"; }
+
+case $part in
+sweep)
+  # Four epochs of one worker per learning rate; study_lr.py picks the best mean validation
+  # accuracy over epochs 3-4.
+  for rate in 0.003 0.01 0.03 0.1; do
+    "${gpcnn[@]}" converge "${fashion[@]}" --iterations 4 --segments 1 --merge single \
+      --optimizer momentum --learning-rate $rate --out "$out/sweep/momentum-lr$rate"
+  done
+  for rate in 0.0003 0.001 0.003; do
+    "${gpcnn[@]}" converge "${fashion[@]}" --iterations 4 --segments 1 --merge single \
+      --optimizer adam --learning-rate $rate --out "$out/sweep/adam-lr$rate"
+  done
+  "${py[@]}" bench/study_lr.py "$out/sweep"
+  ;;
+a)
+  momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
+  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 \
+    --merge single,none,average,bmuf --seeds 0,1,2 --target 0.9 --out "$out/a"
+  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 8 \
+    --merge average,bmuf,none --seeds 0,1 --target 0.9 --out "$out/a"
+  ;;
+b)
+  for opt in momentum adam; do
+    "${gpcnn[@]}" converge "${fashion[@]}" --optimizer $opt --learning-rate "$(lr $opt)" \
+      --segments 4 --merge average --optimizer-state reset,local,average --seeds 0,1 \
+      --target 0.9 --out "$out/b"
+  done
+  ;;
+c)
+  "${gpcnn[@]}" converge "${fashion[@]}" --optimizer momentum --learning-rate "$(lr momentum)" \
+    --optimizer-state local --segments 4 --merge average,bmuf,none --skew 1,0.1 --seeds 0,1 \
+    --target 0.9 --out "$out/c"
+  ;;
+d)
+  "${gpcnn[@]}" converge --dataset mnist-sample --model fedavg-cnn --shuffle --iterations 20 \
+    "${schema[@]}" --optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local \
+    --segments 4 --merge single,average,bmuf --seeds 0,1 --target 0.95 --out "$out/d"
+  ;;
+e)
+  momentum=(--optimizer momentum --learning-rate "$(lr momentum)")
+  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --merge sync \
+    --target 0.9 --out "$out/e"
+  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --merge sync --scale-lr \
+    --target 0.9 --out "$out/e"
+  ;;
+*)
+  echo "unknown part $part: sweep, a, b, c, d or e" >&2
+  exit 2
+  ;;
+esac
