@@ -1,7 +1,8 @@
 """One fit's iterations: what each segment starts from, the aggregate query, the merge rule.
 
 Per iteration: the rule says what every segment starts from (one model for all, or each its own),
-sent through ``transfers`` and joined by key in the query; the ``train`` aggregate runs on every
+sent through ``transfers`` (or read from the checkpoint just stored, when that is the start) and
+joined by key in the query; the ``train`` aggregate runs on every
 segment over this iteration's slice of its buffers; the result is either the image-weighted
 average (merged chunk by chunk) or each segment's model; the rule makes the next model; the row
 and what a resume needs (chunked checkpoints, by the retention rule) are stored in one
@@ -21,7 +22,7 @@ import numpy as np
 from . import merge
 from . import weights as wire
 from .engines import Database, catalog
-from .engines.base import EVERY_KEY
+from .engines.base import EVERY_KEY, StoredStart
 from .engines.sessions import SegmentSessions
 from .errors import TrainingError, database_call
 from .tables import ImageTable, buffer_counts
@@ -142,6 +143,8 @@ class Training:
         self.per_segment = rule.per_segment or self.policy == "local"
         self.shared_optimizer: np.ndarray | None = None
         self.segment_optimizers: dict[int, np.ndarray | None] = {k: None for k in info.keys}
+        # The checkpoint just stored, when it is exactly the next start (see ``_store``).
+        self.stored_start: StoredStart | None = None
 
     # -- start / resume ---------------------------------------------------------------------
 
@@ -211,8 +214,11 @@ class Training:
             "stop": part.stop,
             "expected": part.expected,
         }
-        starts = self.starts()
-        sent_optimizer = next(iter(starts.values())).size > self.weight_count
+        starts = self.stored_start or self.starts()
+        sent_optimizer = (
+            not isinstance(starts, StoredStart)
+            and next(iter(starts.values())).size > self.weight_count
+        )
         params["options"] = json.dumps(
             {**self.options, "iteration": iteration, "optimizer_sent": sent_optimizer}
         )
@@ -318,3 +324,14 @@ class Training:
                 catalog.replace_segment_models(
                     conn, self.backend, self.run_id, row["iteration"], self._segment_starts()
                 )
+        self.stored_start = self._next_start_if_stored(row["iteration"], model)
+
+    def _next_start_if_stored(self, iteration: int, model: np.ndarray) -> StoredStart | None:
+        """The checkpoint of ``iteration`` as the next start, when every segment starts from
+        exactly the model stored there (one vector for all, no optimizer state sent): the rule
+        sends the very array it stored. Retention always keeps the last checkpoint."""
+        if self.per_segment or self.shared_optimizer is not None:
+            return None
+        if self.rule.sent(self.info.keys) is not model:
+            return None
+        return StoredStart(self.run_id, iteration, self.weight_count)

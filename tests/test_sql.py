@@ -32,8 +32,8 @@ TRAIN = (
     "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) GROUP BY t.__dist_key__"
 )
 CHUNKS = (
-    "SELECT q.key, c.chunk, c.count, c.data FROM ({inner}) q "
-    "CROSS JOIN LATERAL gpcnn.state_chunks(q.state, :chunk_values) c"
+    "SELECT r.key, (r.c).chunk, (r.c).count, (r.c).data FROM "
+    "(SELECT q.key, gpcnn.state_chunks(q.state, :chunk_values) AS c FROM ({inner}) q) r"
 )
 
 

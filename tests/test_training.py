@@ -152,6 +152,26 @@ def test_merged_weights_equal_the_in_process_reference(engine, schema, tables, k
     assert est.segments_ == k
 
 
+def test_average_starts_each_iteration_from_the_checkpoint_it_stored(
+    engine, schema, tables, monkeypatch
+):
+    """After the first iteration ``average`` sends nothing: the query joins the checkpoint just
+    stored. The result still equals the reference."""
+    sent = []
+    write_transfer = type(engine.backend).write_transfer
+    monkeypatch.setattr(
+        type(engine.backend),
+        "write_transfer",
+        lambda self, vectors: sent.append(len(vectors)) or write_transfer(self, vectors),
+    )
+    model = tiny_cnn()
+    with estimator(engine, schema, model, iterations=3) as est:
+        est.fit(tables[2])
+    assert sent == [1]
+    expected = reference(model, shards(engine, schema, tables[2]), 3)
+    np.testing.assert_allclose(wire.flatten(est.model_.get_weights()), expected, atol=1e-6, rtol=0)
+
+
 def test_shuffled_buffers_equal_the_reference_with_the_same_orders(engine, schema, tables):
     model = tiny_cnn()
     with estimator(engine, schema, model, iterations=2, shuffle=True) as est:

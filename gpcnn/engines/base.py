@@ -34,6 +34,18 @@ DEFAULT_CHUNK_BYTES = 8 << 20  # a chunk of a vector: one row of transfers and c
 EVERY_KEY = -1  # the transfer row of a start shared by every segment
 
 
+@dataclass(frozen=True)
+class StoredStart:
+    """A start already stored: the ``weights`` checkpoint of ``iteration`` of run ``run_id``, the
+    same for every key. The training statement joins it where it would join a new transfer, so
+    a rule whose next start is the model it just stored (``average`` without optimizer state)
+    does not write the model twice per iteration."""
+
+    run_id: int
+    iteration: int
+    size: int  # values
+
+
 def text_safe(sql: str) -> str:
     """Quoted identifiers inside a ``:name`` statement: a colon in a name is not a parameter."""
     return sql.replace(":", "\\:")
@@ -194,14 +206,22 @@ class Backend:
         """TensorFlow threads per segment process when the user sets none."""
         raise NotImplementedError
 
-    def training_sql(self, table_sql: str, outer: str | None) -> str:
+    def training_sql(self, table_sql: str, outer: str | None, stored: bool = False) -> str:
         """Shape (b) of docs/design.md: each key's buffers of the slice, in a fixed order, through
         the ``train`` aggregate. The key's start vector (its own, or the one for every key) is
         joined from ``transfers`` to its first buffer of the first epoch, one row per chunk, so
-        it reaches the aggregate first (on Greenplum ``transfers`` is replicated: a local join).
-        ``outer`` = "merge" merges the K trained vectors chunk by chunk, None returns each key's
-        chunks (``state_chunks``)."""
+        it reaches the aggregate first (on Greenplum ``transfers`` is replicated: a local join);
+        ``stored``: from the run's checkpoint named by ``:start_run``/``:start_iteration``
+        instead (a ``StoredStart``; on Greenplum broadcast to the segments). ``outer`` = "merge"
+        merges the K trained vectors chunk by chunk, None returns each key's chunks
+        (``state_chunks``)."""
         s, table_sql = text_safe(self.qschema), text_safe(table_sql)
+        source = (
+            f"{s}.checkpoints c ON c.run_id = :start_run AND c.iteration = :start_iteration "
+            "AND c.part = 'weights'"
+            if stored
+            else f"{s}.transfers c ON c.transfer_id = :transfer"
+        )
         inner = (
             f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, c.chunk, c.data, t.x, t.y, "
             "t.n, :model, :options, p.expected "
@@ -213,15 +233,16 @@ class Backend:
             "ON t.__dist_key__ = p.key AND t.buffer_id >= p.first_buffer "
             "AND t.buffer_id < p.stop_buffer "
             "CROSS JOIN generate_series(1, :epochs) AS e(epoch) "
-            f"LEFT JOIN {s}.transfers c ON c.transfer_id = :transfer "
-            f"AND c.__dist_key__ IN ({EVERY_KEY}, t.__dist_key__) "
+            f"LEFT JOIN {source} AND c.__dist_key__ IN ({EVERY_KEY}, t.__dist_key__) "
             "AND t.buffer_id = p.first_buffer AND e.epoch = 1 "
             "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) "
             "GROUP BY t.__dist_key__"
         )
+        # state_chunks in a select list streams its rows (a ProjectSet); in FROM, a function
+        # scan would first write them all to a tuplestore, spilled to disk past work_mem.
         chunks = (
-            f"SELECT q.key, c.chunk, c.count, c.data FROM ({inner}) q "
-            f"CROSS JOIN LATERAL {s}.state_chunks(q.state, :chunk_values) c"
+            "SELECT r.key, (r.c).chunk, (r.c).count, (r.c).data FROM "
+            f"(SELECT q.key, {s}.state_chunks(q.state, :chunk_values) AS c FROM ({inner}) q) r"
         )
         if outer == "merge":
             return (
@@ -337,46 +358,52 @@ class Backend:
         table_sql: str,
         params: dict,
         keys: Sequence[int],
-        starts: Mapping[int, np.ndarray],
+        starts: Mapping[int, np.ndarray] | StoredStart,
         merged: bool,
     ) -> Trained:
-        """One iteration's training from ``starts`` (key -> start vector, or ``EVERY_KEY``):
-        the image-weighted average of the trained vectors with the merged metrics, or (not
-        ``merged``) each key's vector and metrics. One statement merges in the database; with a
-        session per segment, the K results are merged here, chunk by chunk, the same way."""
-        sizes = {vector.size for vector in starts.values()}
-        if len(sizes) != 1:
-            raise ValueError(f"start vectors of different sizes {sorted(sizes)}")
-        transfer = self.write_transfer(starts)
-        options = {
-            **json.loads(params["options"]),
-            "transfer": transfer,
-            "vector_size": sizes.pop(),
-        }
+        """One iteration's training from ``starts`` (key -> start vector, or ``EVERY_KEY``; or a
+        ``StoredStart``): the image-weighted average of the trained vectors with the merged
+        metrics, or (not ``merged``) each key's vector and metrics. One statement merges in the
+        database; with a session per segment, the K results are merged here, chunk by chunk, the
+        same way."""
+        stored = isinstance(starts, StoredStart)
+        if stored:
+            transfer, size = None, starts.size
+            source = {"start_run": starts.run_id, "start_iteration": starts.iteration}
+        else:
+            sizes = {vector.size for vector in starts.values()}
+            if len(sizes) != 1:
+                raise ValueError(f"start vectors of different sizes {sorted(sizes)}")
+            transfer, size = self.write_transfer(starts), sizes.pop()
+            source = {"transfer": transfer}
+        # The token that names this statement's vectors in the segment processes.
+        token = transfer if transfer is not None else secrets.randbits(62)
+        options = {**json.loads(params["options"]), "transfer": token, "vector_size": size}
         params = {
             **params,
+            **source,
             "options": json.dumps(options),
-            "transfer": transfer,
             "chunk_values": self.chunk_values,
         }
         try:
             groups = self.session_groups(keys, len(sessions))
             if merged and len(groups) == 1:
                 rows = sessions.one(
-                    self.copy_out_sql(self.training_sql(table_sql, "merge")),
+                    self.copy_out_sql(self.training_sql(table_sql, "merge", stored)),
                     {**params, "group": groups[0]},
                     partial(BinaryRows, ("integer", "bytea")),
                 )
                 return _merged_rows(rows)
             rows = self._per_group(
                 sessions,
-                self.copy_out_sql(self.training_sql(table_sql, None)),
+                self.copy_out_sql(self.training_sql(table_sql, None, stored)),
                 params,
                 keys,
                 partial(BinaryRows, ("integer", "integer", "bigint", "bytea")),
             )
         finally:
-            self.delete_transfer(transfer)
+            if transfer is not None:
+                self.delete_transfer(transfer)
         per_key = _per_key_rows(rows)
         if merged:
             return merge_trained(per_key)
