@@ -42,7 +42,9 @@ def main() -> None:
     found = scores(args.sweep)
     if args.optimizer:
         if args.optimizer not in found:
-            raise SystemExit(f"no sweep results for {args.optimizer} in {args.sweep}: run the sweep")
+            raise SystemExit(
+                f"no sweep results for {args.optimizer} in {args.sweep}: run the sweep"
+            )
         rates = found[args.optimizer]
         print(f"{max(rates, key=rates.get):g}")
         return
