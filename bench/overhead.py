@@ -17,8 +17,9 @@ round); the first fit of each configuration (TF and model build in the backends)
 Parts, per iteration (medians): ``send`` (COPY of the start into ``transfers`` and its delete),
 ``query`` (the training statements: chunks joined, weights set, batches trained, the trained
 vector read and sent back in chunks; in "statement" dispatch the merge too), ``merge`` (the
-client's chunk merge of the K results, "sessions" dispatch), ``decode`` (result rows to
-vectors), ``store`` (the checkpoint COPY and the iteration row). In-process, in this process,
+client's chunk merge of the K results, "sessions" dispatch: done as they arrive, so inside
+``query``), ``decode`` (result rows to vectors), ``store`` (the checkpoint COPY and the
+iteration row). In-process, in this process,
 on the same model: ``set`` (weights into the model), ``get`` (the trained vector out of it),
 ``chunks`` (cutting it into chunk bytes, as ``state_chunks`` does). MB/s = model bytes (float32)
 / fixed cost, 1 MB = 10^6 bytes.
@@ -84,7 +85,7 @@ for owner, name, part in (
     (base.Backend, "write_transfer", "send"),
     (base.Backend, "delete_transfer", "send"),
     (SegmentSessions, "map", "query"),
-    (base, "merge_trained", "merge"),
+    (base.StreamingMerge, "add", "merge"),
     (base, "_per_key_rows", "decode"),
     (base, "_merged_rows", "decode"),
     (catalog, "insert_iteration", "store"),

@@ -270,8 +270,9 @@ def _take_start(state: dict, options: dict, key: int) -> np.ndarray:
 
 
 def state_chunks(state: bytes | None, chunk_values: int):
-    """Rows (chunk, images, data) of one finished state: chunk -1 is the state itself, then the
-    trained vector (float32) in chunks of ``chunk_values``, taken from this process's outbox."""
+    """Rows (chunk, images, data) of one finished state: chunk -1 is the state itself (with the
+    vector's size, ``values``), then the trained vector (float32) in chunks of ``chunk_values``,
+    taken from this process's outbox."""
     if state is None:
         return
     header = decode_state(state)
@@ -282,7 +283,7 @@ def state_chunks(state: bytes | None, chunk_values: int):
             "moved the aggregate's result away from the segment that computed it"
         )
     count = header["count"]
-    yield -1, count, state
+    yield -1, count, encode_state({**header, "values": int(vector.size)})
     for index, start in enumerate(range(0, vector.size, int(chunk_values))):
         yield index, count, vector[start : start + int(chunk_values)].tobytes()
 

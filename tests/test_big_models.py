@@ -19,7 +19,7 @@ import gpcnn
 from gpcnn import embedded, runs, segment
 from gpcnn import weights as wire
 from gpcnn.engines import catalog
-from gpcnn.engines.base import merge_trained
+from gpcnn.engines.base import StreamingMerge
 from gpcnn.engines.copy import BinaryRows, chunk_rows
 from gpcnn.tables import load_images
 from gpcnn.training import Retention
@@ -178,11 +178,15 @@ def test_merges_keep_counts_exact_beyond_float32(engine):
     assert merged_state["sums"]["loss"] == 0.5 * (big + 3)
     np.testing.assert_array_equal(np.frombuffer(bytes(rows[1][1]), dtype="<f4"), exact)
 
-    per_key = {
-        key: (segment.decode_state(state), {0: memoryview(vector.tobytes())}, n)
-        for key, (state, vector, n) in enumerate(zip(states, vectors, counts, strict=True))
-    }
-    client = merge_trained(per_key)
+    client_merge = StreamingMerge([2, 0, 1], chunk_values=vectors[0].size)
+    for key in (2, 0, 1):  # in any order of arrival
+        values = segment.encode_state(
+            {**segment.decode_state(states[key]), "values": vectors[0].size}
+        )
+        client_merge.add((key, -1, counts[key], values))
+    for key in (1, 2, 0):
+        client_merge.add((key, 0, counts[key], memoryview(vectors[key].tobytes())))
+    client = client_merge.result()
     np.testing.assert_array_equal(client.vector, exact)
     assert client.metrics == {"images": big + 3, "loss": 0.5}
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -394,19 +395,19 @@ class Backend:
                     partial(BinaryRows, ("integer", "bytea")),
                 )
                 return _merged_rows(rows)
-            rows = self._per_group(
-                sessions,
-                self.copy_out_sql(self.training_sql(table_sql, None, stored)),
-                params,
-                keys,
-                partial(BinaryRows, ("integer", "integer", "bigint", "bytea")),
-            )
+            sql = self.copy_out_sql(self.training_sql(table_sql, None, stored))
+            types = ("integer", "integer", "bigint", "bytea")
+            if merged:
+                merger = StreamingMerge(keys, self.chunk_values)
+                self._per_group(
+                    sessions, sql, params, keys, partial(BinaryRows, types, on_row=merger.add)
+                )
+                return merger.result()
+            rows = self._per_group(sessions, sql, params, keys, partial(BinaryRows, types))
         finally:
             if transfer is not None:
                 self.delete_transfer(transfer)
         per_key = _per_key_rows(rows)
-        if merged:
-            return merge_trained(per_key)
         return Trained(
             None,
             None,
@@ -498,21 +499,56 @@ def _per_key_rows(rows: list[tuple]) -> dict[int, tuple[dict, dict[int, memoryvi
     return {key: found[key] for key in sorted(found)}
 
 
-def merge_trained(per_key: dict[int, tuple[dict, dict[int, memoryview], int]]) -> Trained:
-    """The database's chunk merge, here: per chunk, the image-weighted average over the keys in
-    key order (``merge.weighted_average``: float64 sums, exact integer counts)."""
-    state = None
-    for small, _, _ in per_key.values():
-        state = segment.merge(state, segment.encode_state(small))
-    counts = [count for _, _, count in per_key.values()]
-    parts = [
-        {i: np.frombuffer(c, dtype="<f4") for i, c in chunks.items()}
-        for _, chunks, _ in per_key.values()
-    ]
-    sizes = [part[i].size for part in parts[:1] for i in range(len(part))]
-    vector = np.empty(sum(sizes), dtype="<f4")
-    start = 0
-    for i, size in enumerate(sizes):
-        vector[start : start + size] = rules.weighted_average([part[i] for part in parts], counts)
-        start += size
-    return Trained(segment.final_metrics(segment.decode_state(state)), vector, None)
+class StreamingMerge:
+    """The database's chunk merge, here, as the K result streams arrive (``BinaryRows`` sinks
+    in K threads call ``add``): chunk i is averaged over the keys in key order
+    (``merge.weighted_average``: float64 sums, exact integer counts) once every key has sent it,
+    and its K parts are dropped. So the client holds the merged vector and the chunks still
+    waiting for a slower stream, not K trained vectors."""
+
+    def __init__(self, keys: Sequence[int], chunk_values: int) -> None:
+        self.keys = sorted(int(k) for k in keys)
+        self.chunk_values = chunk_values
+        self._lock = threading.Lock()
+        self._states: dict[int, bytes] = {}
+        self._counts: dict[int, int] = {}
+        self._waiting: dict[int, dict[int, np.ndarray]] = {}
+        self._merged = 0
+        self.vector: np.ndarray | None = None
+
+    def add(self, row: tuple) -> None:
+        key, chunk, count, data = int(row[0]), int(row[1]), int(row[2]), row[3]
+        with self._lock:
+            self._counts[key] = count
+            if chunk < 0:  # the small state, first in each stream, with the vector's size
+                state = segment.decode_state(data)
+                if self.vector is None:
+                    self.vector = np.empty(int(state["values"]), dtype="<f4")
+                self._states[key] = segment.encode_state(state)
+                return
+            parts = self._waiting.setdefault(chunk, {})
+            parts[key] = np.frombuffer(data, dtype="<f4")
+            if len(parts) < len(self.keys):
+                return
+            del self._waiting[chunk]
+        start = chunk * self.chunk_values
+        average = rules.weighted_average([parts[k] for k in self.keys], self._count_list())
+        self.vector[start : start + average.size] = average
+        with self._lock:
+            self._merged += average.size
+
+    def _count_list(self) -> list[int]:
+        return [self._counts[k] for k in self.keys]
+
+    def result(self) -> Trained:
+        if sorted(self._states) != self.keys or self._waiting:
+            raise ValueError(
+                f"results of keys {sorted(self._states)} came back for keys {self.keys}, chunks "
+                f"{sorted(self._waiting)} incomplete"
+            )
+        if self._merged != self.vector.size:
+            raise ValueError(f"{self._merged} of the {self.vector.size} merged values came back")
+        state = None
+        for key in self.keys:
+            state = segment.merge(state, self._states[key])
+        return Trained(segment.final_metrics(segment.decode_state(state)), self.vector, None)

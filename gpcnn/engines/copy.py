@@ -88,9 +88,10 @@ class BinaryRows(io.RawIOBase):
     tuples (integers, and ``bytea`` as memoryviews of the received data, not copies): results
     without the hex text that psycopg2's text-format results would take, twice the bytes."""
 
-    def __init__(self, types: tuple[str, ...]) -> None:
+    def __init__(self, types: tuple[str, ...], on_row=None) -> None:
         self.types = types
         self.rows: list[tuple] = []
+        self._on_row = on_row or self.rows.append  # a consumer of each row, else kept in rows
         self._pending = bytearray()
         self._header = True
         self._done = False
@@ -140,6 +141,6 @@ class BinaryRows(io.RawIOBase):
                 else:
                     code, _ = _DECODE[sql_type]
                     row.append(struct.unpack(code, field)[0])
-            self.rows.append(tuple(row))
+            self._on_row(tuple(row))
             at = cursor
         return at
