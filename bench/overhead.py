@@ -12,7 +12,8 @@ Fixed cost = that iteration's time (``seconds`` of its history row: send, train,
 plus storing the iteration, which follows it) minus the same batches trained in-process (K
 batches with one TF thread, divided by min(K, CPUs): the segments run concurrently). Repetitions
 are interleaved: round r runs every configuration once (the 100M and 250M ones too, last in each
-round); the first fit of each configuration (TF and model build in the backends) is not counted.
+round), each fit in fresh segment processes, so its first iteration loads TF and builds the model
+and the second one is steady.
 
 Parts, per iteration (medians): ``send`` (COPY of the start into ``transfers`` and its delete),
 ``query`` (the training statements: chunks joined, weights set, batches trained, the trained
@@ -182,19 +183,17 @@ def measure(sizes, segments, big, repeats, dispatch) -> list[dict]:
     tables = {k: table_for(db, k) for k in sorted({k for _, k in configs})}
     results = {c: defaultdict(list) for c in configs}
     run_ids = []
-    for round_ in range(repeats + 1):
+    for round_ in range(1, repeats + 1):
         for million, k in configs:
             model = dense_model(million)
             est = estimator(db, model, iterations=2)
             TIMED.clear()
             with est:
-                if round_ == 0:  # the warm-up fit: TF and the model built in the backends
-                    est.fit(tables[k])
-                    run_ids.append(est.run_id_)
-                    print(f"warm {million}M K={k}", flush=True)
-                    continue
                 est.fit(tables[k], callbacks=[SteadyIteration()])
                 run_ids.append(est.run_id_)
+            # Fresh segment processes for the next configuration: idle ones would keep their
+            # big models cached (five 100M-weight backends are ~8 GB).
+            gpcnn.release_sessions()
             got = results[(million, k)]
             for part, values in TIMED.items():
                 got[part].append(sum(values))
