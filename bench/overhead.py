@@ -18,9 +18,9 @@ and the second one is steady.
 Parts, per iteration (medians): ``send`` (COPY of the start into ``transfers`` and its delete),
 ``query`` (the training statements: chunks joined, weights set, batches trained, the trained
 vector read and sent back in chunks; in "statement" dispatch the merge too), ``merge`` (the
-client's chunk merge of the K results, "sessions" dispatch: done as they arrive, so inside
-``query``), ``decode`` (result rows to vectors), ``store`` (the checkpoint COPY and the
-iteration row). In-process, in this process,
+client's chunk merge of the K results, "sessions" dispatch: done as they arrive, so mostly inside
+``query``; this is the rest, after the streams ended), ``decode`` (result rows to vectors),
+``store`` (the checkpoint COPY and the iteration row). In-process, in this process,
 on the same model: ``set`` (weights into the model), ``get`` (the trained vector out of it),
 ``chunks`` (cutting it into chunk bytes, as ``state_chunks`` does). MB/s = model bytes (float32)
 / fixed cost, 1 MB = 10^6 bytes.
@@ -28,7 +28,8 @@ on the same model: ``set`` (weights into the model), ``get`` (the trained vector
 Memory (``--memory SIZE K``, a fresh process with fresh segment sessions): peak RSS (VmHWM) of
 each segment backend minus its VmHWM after the environment probe, and of this client minus its
 VmHWM once the model is built, over one warm-up fit and one measured iteration, in multiples of
-the model's bytes.
+the model's bytes. TF's own (``--tf-own SIZE``, another fresh process): the same model built,
+compiled and trained on two batches with plain Keras; the segment's peak beyond it is gpcnn's.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -86,7 +88,7 @@ for owner, name, part in (
     (base.Backend, "write_transfer", "send"),
     (base.Backend, "delete_transfer", "send"),
     (SegmentSessions, "map", "query"),
-    (base.StreamingMerge, "add", "merge"),
+    (base.StreamingMerge, "close", "merge"),
     (base, "_per_key_rows", "decode"),
     (base, "_merged_rows", "decode"),
     (catalog, "insert_iteration", "store"),
@@ -203,9 +205,10 @@ def measure(sizes, segments, big, repeats, dispatch) -> list[dict]:
             for part, value in local.items():
                 got[f"local_{part}"].append(value)
             got["fixed"].append(got["seconds"][-1] - local["train"])
+            parts = ", ".join(f"{p} {got[p][-1]:.3f}" for p in PARTS if p in got)
             print(
                 f"round {round_} {million}M K={k}: {got['seconds'][-1]:.3f} s, "
-                f"fixed {got['fixed'][-1]:.3f} s",
+                f"fixed {got['fixed'][-1]:.3f} s ({parts})",
                 flush=True,
             )
             del est, model
@@ -256,6 +259,22 @@ def memory(million: float, k: int, dispatch) -> dict:
     }
 
 
+def tf_own(million: float) -> dict:
+    """TensorFlow's own peak for the model, in this fresh process: VmHWM after building,
+    compiling and training two batches with Keras (variables, gradients, the traced step) minus
+    VmHWM before; what a segment needs beyond it is gpcnn's."""
+    baseline = _hwm(os.getpid())
+    model = dense_model(million)
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
+    rng = np.random.default_rng(0)
+    x = segment.to_model_input(rng.integers(0, 256, (IMAGES_PER_SEGMENT, 8, 8, 1), np.uint8))
+    y = rng.integers(0, CLASSES, IMAGES_PER_SEGMENT).astype("<i4")
+    model.train_on_batch(x, y)
+    model.train_on_batch(x, y)
+    model_bytes = 4 * sum(wire.sizes(wire.manifest(model)))
+    return {"million": million, "tf_own_x": (_hwm(os.getpid()) - baseline) / model_bytes}
+
+
 PARTS = ("send", "query", "decode", "merge", "store")
 
 
@@ -278,29 +297,74 @@ def markdown(report: dict) -> str:
     if report.get("memory"):
         lines += [
             "",
-            "| weights | K | peak per segment backend (× model) | client peak (× model) |",
-            "|---|---|---|---|",
+            "| weights | K | segment backend peak (× model) | TF's own | beyond TF's own | "
+            "client peak |",
+            "|---|---|---|---|---|---|",
         ]
         for m in report["memory"]:
+            own = m.get("tf_own_x")
+            beyond = "–" if own is None else f"{m['backend_peak_x'] - own:.2f}"
+            own = "–" if own is None else f"{own:.2f}"
             lines.append(
                 f"| {m['million']:g}M ({m['model_bytes'] / 1e6:.1f} MB) | {m['segments']} | "
-                f"{m['backend_peak_x']:.2f} | {m['client_peak_x']:.2f} |"
+                f"{m['backend_peak_x']:.2f} | {own} | {beyond} | {m['client_peak_x']:.2f} |"
             )
     return "\n".join(lines)
 
 
+ROUND_LINE = re.compile(r"round (\d+) ([\d.]+)M K=(\d+): ([\d.]+) s, fixed ([\d.]+) s")
+
+
+def rounds_markdown(log: str) -> str:
+    """Medians per configuration from the ``round …`` lines this script prints (``--rounds``)."""
+    found: dict[tuple[float, int], list[tuple[float, float]]] = defaultdict(list)
+    for match in ROUND_LINE.finditer(log):
+        _, million, k, seconds, fixed = match.groups()
+        found[(float(million), int(k))].append((float(seconds), float(fixed)))
+    lines = [
+        "| weights | K | rounds | iteration s (median) | fixed s (median) | fixed s (min–max) | MB/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (million, k), values in found.items():
+        model_bytes = 4 * (round((million * 1e6 - CLASSES) / (INPUTS + 1 + CLASSES)) * 75 + 10)
+        fixed = [f for _, f in values]
+        median = statistics.median(fixed)
+        lines.append(
+            f"| {million:g}M ({model_bytes / 1e6:.1f} MB) | {k} | {len(values)} | "
+            f"{statistics.median(s for s, _ in values):.3f} | {median:.3f} | "
+            f"{min(fixed):.3f}–{max(fixed):.3f} | {model_bytes / 1e6 / median:.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def _fresh_process(*args: str) -> dict:
+    """This script run with ``args`` in a new process; its last line, parsed."""
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, check=True
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=[0.1, 1, 10, 25, 100])
+    parser.add_argument("--sizes", type=float, nargs="*", default=[0.1, 1, 10, 25, 100])
     parser.add_argument("--segments", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--big", type=float, nargs="*", default=[250], help="at K = 2 only")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dispatch", choices=["sessions", "statement"], default=None)
     parser.add_argument("--memory", nargs=2, metavar=("MILLION", "K"))
     parser.add_argument("--memory-runs", nargs="*", default=[], metavar="MILLION:K")
+    parser.add_argument("--tf-own", type=float, metavar="MILLION", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--add-tf-own", type=Path, metavar="REPORT", help="add TF's own peak to a report's memory"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/overhead.json"))
     parser.add_argument("--markdown", nargs="+", type=Path, metavar="REPORT")
+    parser.add_argument("--rounds", type=Path, metavar="LOG", help="medians from a run's log")
     args = parser.parse_args(argv)
+    if args.rounds:
+        print(rounds_markdown(args.rounds.read_text()))
+        return 0
     if args.markdown:
         for path in args.markdown:
             print(markdown(json.loads(path.read_text())), end="\n\n")
@@ -308,19 +372,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory:
         print(json.dumps(memory(float(args.memory[0]), int(args.memory[1]), args.dispatch)))
         return 0
+    if args.tf_own:
+        print(json.dumps(tf_own(args.tf_own)))
+        return 0
+    if args.add_tf_own:
+        report = json.loads(args.add_tf_own.read_text())
+        for row in report["memory"]:
+            row["tf_own_x"] = _fresh_process("--tf-own", str(row["million"]))["tf_own_x"]
+        args.add_tf_own.write_text(json.dumps(report, indent=1))
+        return 0
     report = {
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
         "dispatch": args.dispatch or "native",
         "rows": measure(args.sizes, args.segments, args.big, args.repeats, args.dispatch),
         "memory": [],
     }
+    args.out.write_text(json.dumps(report, indent=1))  # kept if a memory run fails
     for spec in args.memory_runs:
         million, k = spec.split(":")
-        command = [sys.executable, __file__, "--memory", million, k]
-        if args.dispatch:
-            command += ["--dispatch", args.dispatch]
-        done = subprocess.run(command, capture_output=True, text=True, check=True)
-        report["memory"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        dispatch = ["--dispatch", args.dispatch] if args.dispatch else []
+        row = _fresh_process("--memory", million, k, *dispatch)
+        row["tf_own_x"] = _fresh_process("--tf-own", million)["tf_own_x"]
+        report["memory"].append(row)
     args.out.write_text(json.dumps(report, indent=1))
     for row in report["rows"]:
         print(

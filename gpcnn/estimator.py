@@ -466,13 +466,13 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             return np.asarray(self.model_.predict(_model_input(x), batch_size=1000, verbose=0))
         info = self._table_info(x)
         backend = self._db().backend
-        with self._holding_sessions() as sessions:
+        with self._holding_sessions() as sessions, self._weights_sent() as params:
             ordered = database_call(
                 "prediction",
                 backend.run_prediction,
                 sessions,
                 info.table.sql(backend),
-                self._prediction_params(info),
+                {**self._prediction_params(info), **params},
                 info.keys,
             )
         classes = info.num_classes
@@ -503,7 +503,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             )
         info = self._table_info(x)
         self._check_model_fits(info)
-        with self._holding_sessions() as sessions:
+        with self._holding_sessions() as sessions, self._weights_sent() as params:
             written = write_predictions(
                 self._db(),
                 sessions,
@@ -511,7 +511,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
                 output_table,
                 pred_type,
                 top_k,
-                self._prediction_params(info),
+                {**self._prediction_params(info), **params},
                 replace,
             )
         return str(written)
@@ -520,8 +520,13 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         return {
             "model": self._model_json,
             "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
-            "weights": wire.model_to_bytes(self.model_),
         }
+
+    @contextlib.contextmanager
+    def _weights_sent(self) -> Iterator[dict]:
+        """``model_``'s weights in ``transfers`` while the prediction runs: its parameters."""
+        with self._db().backend.sent(wire.vector_of(list(self.model_.weights))) as transfer:
+            yield {"transfer": transfer}
 
     def evaluate(self, x, y=None) -> dict:
         """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""

@@ -110,7 +110,8 @@ def _statements(log: str) -> list[str]:
 @pytest.mark.skipif(test_url() is not None, reason="reads the embedded cluster's server log")
 def test_statement_texts_stay_small_whatever_the_model_size(chunked, table):
     """Weights travel by COPY, as data: every statement of a fit (training, merge, validation,
-    storage) stays under 10 KB with a 4 MB model, whose weights as a literal would take 8 MB."""
+    storage) and of a prediction stays under 10 KB with a 4 MB model, whose weights as a literal
+    would take 8 MB."""
     path = str(embedded.cluster().log_file)
     admin = chunked.engine.execution_options(isolation_level="AUTOCOMMIT")
 
@@ -127,6 +128,7 @@ def test_statement_texts_stay_small_whatever_the_model_size(chunked, table):
             chunked, TEST_SCHEMA, wide_model(), iterations=2, validation_table=table
         ) as est:
             est.fit(table)
+            est.predict_proba(table)
     finally:
         end = configure("ALTER SYSTEM RESET log_statement")
     with admin.connect() as conn:
@@ -136,6 +138,7 @@ def test_statement_texts_stay_small_whatever_the_model_size(chunked, table):
         ).scalar()
     statements = _statements(log)
     assert any("state_chunks" in s for s in statements), "the training statements were logged"
+    assert any(".predict(" in s for s in statements), "the prediction statement was logged"
     assert any(s.startswith("COPY ") and ".transfers" in s for s in statements)
     longest = max(statements, key=len)
     assert len(longest) < STATEMENT_LIMIT, longest[:300]
@@ -186,6 +189,7 @@ def test_merges_keep_counts_exact_beyond_float32(engine):
         client_merge.add((key, -1, counts[key], values))
     for key in (1, 2, 0):
         client_merge.add((key, 0, counts[key], memoryview(vectors[key].tobytes())))
+    client_merge.close()
     client = client_merge.result()
     np.testing.assert_array_equal(client.vector, exact)
     assert client.metrics == {"images": big + 3, "loss": 0.5}

@@ -5,6 +5,7 @@ Small data, fixed seeds, one TF thread both here (conftest) and in every segment
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 import numpy as np
@@ -16,7 +17,7 @@ from tiny import learnable_images
 from gpcnn import segment
 from gpcnn import weights as wire
 from gpcnn.estimator import GreenplumCNN, TrainingError
-from gpcnn.tables import STAGING_SUFFIX, TableError, describe, load_images, read_images
+from gpcnn.tables import STAGING_SUFFIX, TableError, load_images, read_images
 
 keras = segment.keras_module()
 
@@ -384,8 +385,13 @@ def test_a_failed_prediction_keeps_the_previous_output_and_leaves_no_staging(
         est.fit(tables[2])
         est.predict(named, output_table=out, replace=True)
         before = _output(engine, out)
-        broken = {**est._prediction_params(describe(engine, named)), "weights": b"\0" * 12}
-        monkeypatch.setattr(est, "_prediction_params", lambda info: broken)
+
+        @contextlib.contextmanager
+        def three_weights():  # a model has more: the segments refuse them
+            with engine.backend.sent(np.zeros(3, dtype=np.float32)) as transfer:
+                yield {"transfer": transfer}
+
+        monkeypatch.setattr(est, "_weights_sent", three_weights)
         with pytest.raises(
             TrainingError, match=r"prediction failed in the database.*weight values"
         ):
