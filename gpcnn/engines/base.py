@@ -526,14 +526,19 @@ def _per_key_rows(rows: list[tuple]) -> dict[int, tuple[dict, dict[int, memoryvi
     return {key: found[key] for key in sorted(found)}
 
 
+MERGE_NICENESS = 10  # the client's merge thread: behind the segments (0), ahead of batch jobs (19)
+
+
 class StreamingMerge:
     """The database's chunk merge, here, as the K result streams arrive (``BinaryRows`` sinks
     in K threads call ``add``): chunk i is averaged over the keys in key order
     (``merge.weighted_average``: float64 sums, exact integer counts) once every key has sent it,
     and its K parts are dropped. So the client holds the merged vector and the chunks still
-    waiting, not K trained vectors. The averaging runs in one worker thread at the lowest CPU
-    priority: on a machine whose cores the segments share, it must not slow the streams that
-    feed it (at 25M weights on 2 cores it cost 0.35 s per iteration at normal priority)."""
+    waiting, not K trained vectors. The averaging runs in one worker thread at a lower CPU
+    priority (``MERGE_NICENESS``): on a machine whose cores the segments share, it must not slow
+    the streams that feed it (at 25M weights on 2 cores it cost 0.35 s per iteration at normal
+    priority), nor starve behind other low-priority jobs (at nice 19 it did, behind a study run
+    at nice 19)."""
 
     def __init__(self, keys: Sequence[int], chunk_values: int) -> None:
         self.keys = sorted(int(k) for k in keys)
@@ -568,7 +573,7 @@ class StreamingMerge:
 
     def _average_complete(self) -> None:
         with contextlib.suppress(OSError):  # not on every platform; only speed depends on it
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), MERGE_NICENESS)
         while (item := self._complete.get()) is not None:
             chunk, parts, counts = item
             try:
