@@ -13,7 +13,9 @@
 # its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
 # figures). Parts a-e take their learning rates from the sweep's committed results
 # (bench/study_lr.py). STUDY_NICE (default 0) lowers the priority of the client and, when this
-# script starts the embedded server, of the server too.
+# script starts the embedded server, of the server too. With the kernel's autogroup scheduling
+# (Debian's default) nice orders processes only within one session: the server daemonizes into
+# its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?usage: bench/study.sh sweep|a|b|c|d|e}
