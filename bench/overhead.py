@@ -96,8 +96,13 @@ for owner, name, part in (
     _timed(owner, name, part)
 
 
+def hidden_units(million: float) -> int:
+    """H of the dense model closest to ``million`` weights: (INPUTS + 1 + CLASSES) H + CLASSES."""
+    return max(1, round((million * 1e6 - CLASSES) / (INPUTS + 1 + CLASSES)))
+
+
 def dense_model(million: float):
-    hidden = max(1, round((million * 1e6 - CLASSES) / (INPUTS + 1 + CLASSES)))
+    hidden = hidden_units(million)
     keras.utils.set_random_seed(0)
     return keras.Sequential(
         [
@@ -326,7 +331,7 @@ def rounds_markdown(log: str) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for (million, k), values in found.items():
-        model_bytes = 4 * (round((million * 1e6 - CLASSES) / (INPUTS + 1 + CLASSES)) * 75 + 10)
+        model_bytes = 4 * (hidden_units(million) * (INPUTS + 1 + CLASSES) + CLASSES)
         fixed = [f for _, f in values]
         median = statistics.median(fixed)
         lines.append(

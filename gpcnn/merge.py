@@ -82,6 +82,11 @@ class MergeRule:
     def model(self) -> Vector:
         return self.center
 
+    def sends_model(self) -> bool:
+        """Whether every segment starts from exactly ``model()``: then the next start is the
+        checkpoint just stored, and nothing needs sending."""
+        return not self.per_segment
+
     def state(self) -> Vector | None:
         return None
 
@@ -110,6 +115,9 @@ class BlockMomentum(MergeRule):
         return np.where(self.trainable, self.center + self.eta * self.delta, self.center).astype(
             np.float32
         )
+
+    def sends_model(self) -> bool:
+        return not self.nesterov  # Nesterov sends centre + eta * delta
 
     def update(self, average, segments, counts) -> None:
         step = np.asarray(average, np.float64) - self.sent(())  # G = avg - w_sent

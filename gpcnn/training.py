@@ -324,14 +324,12 @@ class Training:
                 catalog.replace_segment_models(
                     conn, self.backend, self.run_id, row["iteration"], self._segment_starts()
                 )
-        self.stored_start = self._next_start_if_stored(row["iteration"], model)
+        self.stored_start = self._next_start_if_stored(row["iteration"])
 
-    def _next_start_if_stored(self, iteration: int, model: np.ndarray) -> StoredStart | None:
+    def _next_start_if_stored(self, iteration: int) -> StoredStart | None:
         """The checkpoint of ``iteration`` as the next start, when every segment starts from
-        exactly the model stored there (one vector for all, no optimizer state sent): the rule
-        sends the very array it stored. Retention always keeps the last checkpoint."""
-        if self.per_segment or self.shared_optimizer is not None:
-            return None
-        if self.rule.sent(self.info.keys) is not model:
+        exactly the model stored there (one vector for all, no optimizer state sent). Retention
+        always keeps the last checkpoint."""
+        if self.per_segment or self.shared_optimizer is not None or not self.rule.sends_model():
             return None
         return StoredStart(self.run_id, iteration, self.weight_count)

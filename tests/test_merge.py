@@ -739,3 +739,12 @@ def test_batchnorm_in_training_mode_breaks_the_equality():
     got = wire.unflatten(averaged, entries)[variance[0]]
     want = wire.unflatten(union, entries)[variance[0]]
     assert np.all(got < want) and np.abs(got - want).max() > 1e-4
+
+
+def test_rules_say_when_the_next_start_is_the_model_they_store():
+    """Only then may an iteration start from the stored checkpoint instead of a transfer."""
+    assert merge.make_rule("average", ALL, 2).sends_model()
+    assert merge.make_rule("bmuf", ALL, 2, nesterov=False).sends_model()
+    assert not merge.make_rule("bmuf", ALL, 2, nesterov=True).sends_model()
+    assert not merge.make_rule("easgd", ALL, 2).sends_model()
+    assert not merge.make_rule("none", ALL, 2).sends_model()

@@ -139,6 +139,15 @@ def reference(model, key_buffers, iterations, seed=None, shuffle=False):
     return weights
 
 
+def train_buffers(model, buffers) -> None:
+    """Plain Keras over one key's buffers as a segment trains them: stored order, batches of
+    ``BATCH`` with ``train_on_batch``."""
+    for images, labels in buffers:
+        x = segment.to_model_input(images)
+        for start in range(0, len(x), BATCH):
+            model.train_on_batch(x[start : start + BATCH], labels[start : start + BATCH])
+
+
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("iterations", [1, 2])
 def test_merged_weights_equal_the_in_process_reference(engine, schema, tables, k, iterations):
@@ -198,10 +207,7 @@ def test_single_segment_equals_plain_keras(engine, schema, tables, data):
         plain.compile(
             optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="sparse_categorical_crossentropy"
         )
-        for images, labels in buffers:
-            x = segment.to_model_input(images)
-            for start in range(0, len(x), BATCH):
-                plain.train_on_batch(x[start : start + BATCH], labels[start : start + BATCH])
+        train_buffers(plain, buffers)
     np.testing.assert_allclose(
         wire.flatten(est.model_.get_weights()), wire.flatten(plain.get_weights()), atol=1e-6
     )
@@ -223,10 +229,7 @@ def test_a_learning_rate_schedule_continues_across_merges(engine, schema, tables
     plain.compile(optimizer=keras.optimizers.SGD(decay), loss="sparse_categorical_crossentropy")
     (buffers,) = shards(engine, schema, tables[1]).values()
     for _ in range(2):
-        for images, labels in buffers:
-            x = segment.to_model_input(images)
-            for start in range(0, len(x), BATCH):
-                plain.train_on_batch(x[start : start + BATCH], labels[start : start + BATCH])
+        train_buffers(plain, buffers)
     np.testing.assert_allclose(
         wire.flatten(est.model_.get_weights()), wire.flatten(plain.get_weights()), atol=1e-6
     )

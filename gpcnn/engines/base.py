@@ -448,14 +448,13 @@ class Backend:
         self, sessions: SegmentSessions, table_sql: str, params: dict, keys, weights: np.ndarray
     ) -> dict:
         """Image-weighted loss and metrics of ``weights`` over the keys' buffers."""
-        transfer = self.write_transfer({EVERY_KEY: weights})
-        options = {
-            **json.loads(params["options"]),
-            "transfer": transfer,
-            "vector_size": weights.size,
-        }
-        params = {**params, "options": json.dumps(options), "transfer": transfer}
-        try:
+        with self.sent(weights) as transfer:
+            options = {
+                **json.loads(params["options"]),
+                "transfer": transfer,
+                "vector_size": weights.size,
+            }
+            params = {**params, "options": json.dumps(options), "transfer": transfer}
             groups = self.session_groups(keys, len(sessions))
             if len(groups) == 1:
                 rows = sessions.one(
@@ -463,8 +462,6 @@ class Backend:
                 )
                 return segment.decode_result(bytes(rows[0][0]))
             rows = self._per_group(sessions, self.evaluation_sql(table_sql, None), params, keys)
-        finally:
-            self.delete_transfer(transfer)
         state = None
         for _, value in sorted(rows, key=lambda r: r[0]):
             state = segment.merge(state, bytes(value))
@@ -526,7 +523,7 @@ def _per_key_rows(rows: list[tuple]) -> dict[int, tuple[dict, dict[int, memoryvi
     return {key: found[key] for key in sorted(found)}
 
 
-MERGE_NICENESS = 10  # the client's merge thread: behind the segments (0), ahead of batch jobs (19)
+MERGE_NICENESS = 10  # the client's merge thread: behind the segments (0), ahead of nice-19 jobs
 
 
 class StreamingMerge:
@@ -537,8 +534,7 @@ class StreamingMerge:
     waiting, not K trained vectors. The averaging runs in one worker thread at a lower CPU
     priority (``MERGE_NICENESS``): on a machine whose cores the segments share, it must not slow
     the streams that feed it (at 25M weights on 2 cores it cost 0.35 s per iteration at normal
-    priority), nor starve behind other low-priority jobs (at nice 19 it did, behind a study run
-    at nice 19)."""
+    priority, ``bench/client_merge.py``); not the lowest, so batch jobs do not starve it."""
 
     def __init__(self, keys: Sequence[int], chunk_values: int) -> None:
         self.keys = sorted(int(k) for k in keys)
