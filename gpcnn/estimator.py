@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import json
 import logging
 import weakref
@@ -177,6 +178,15 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             "metrics": list(self.metrics),
         }
 
+    def _drop_fitted_models(self) -> None:
+        """Free a previous fit's local models before building new ones: a refit would otherwise
+        hold two of each at its peak. Keras models are cycles, so only a collection frees them."""
+        fitted = vars(self).pop("model_", None)
+        validation, self._validation_model = getattr(self, "_validation_model", None), None
+        if fitted is not None or validation is not None:
+            del fitted, validation
+            gc.collect()
+
     def _local_model(self, model_json: str, compile_options: dict) -> Any:
         keras = segment.keras_module()
         model = keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
@@ -307,7 +317,9 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             history = list(self.history_) if warm else []
             start = self.model_ if warm else self.model
             run_id = runs.create_run(db, str(info.table), self.stored_params(), model_json)
+            start = wire.flatten(start.get_weights())
 
+        self._drop_fitted_models()
         self.model_ = self._local_model(model_json, compile_options)
         self.history_ = history
         self.run_id_ = run_id
@@ -341,7 +353,8 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
                     training.restore(stored)
                     runs.set_status(db, run_id, "running")
                 else:
-                    training.start(wire.flatten(start.get_weights()))
+                    training.start(start)
+                    del start  # the rule keeps it, and replaces it at the first merge
                 wire.set_model_weights(self.model_, rule.model())
                 bar = self._progress_bar(first, total)
                 hooks.on_train_begin()

@@ -62,14 +62,16 @@ class MergeRule:
     """The client-side part of a rule. ``start`` once, then per iteration: ``sent`` gives the
     model each segment starts from, ``update`` takes the iteration's result (the in-database
     average, and each segment's model for rules that keep them), ``model`` is what is evaluated.
-    ``state``/``restore`` carry what a resumed run needs beyond the stored models."""
+    ``start`` and ``update`` may keep the start and the average they are given, not copies: a
+    model-sized copy is memory the client would hold for nothing. ``state``/``restore`` carry
+    what a resumed run needs beyond the stored models."""
 
     per_segment: ClassVar[bool] = False  # needs each segment's model back, not only the average
     trainable: Vector  # bool mask over the flat vector
     center: Vector | None = field(default=None, init=False)
 
     def start(self, weights: Vector, keys: Sequence[int]) -> None:
-        self.center = np.array(weights, dtype=np.float32)
+        self.center = np.asarray(weights, dtype=np.float32)
 
     def sent(self, keys: Sequence[int]) -> Vector | dict[int, Vector]:
         return self.center
@@ -77,7 +79,7 @@ class MergeRule:
     def update(
         self, average: Vector, segments: Mapping[int, Vector] | None, counts: Mapping[int, int]
     ) -> None:
-        self.center = np.array(average, dtype=np.float32)
+        self.center = np.asarray(average, dtype=np.float32)
 
     def model(self) -> Vector:
         return self.center
@@ -86,6 +88,12 @@ class MergeRule:
         """Whether every segment starts from exactly ``model()``: then the next start is the
         checkpoint just stored, and nothing needs sending."""
         return not self.per_segment
+
+    def average_buffer(self) -> Vector | None:
+        """Where the next average may be written as it arrives: the model, for a rule whose next
+        model is that average and that needs its current one no longer once the iteration's
+        start is on its way; else None (the rule updates from its current model)."""
+        return None
 
     def state(self) -> Vector | None:
         return None
@@ -96,6 +104,9 @@ class MergeRule:
 
 class Average(MergeRule):
     """MADlib: the next model is the weighted average."""
+
+    def average_buffer(self) -> Vector | None:
+        return self.center
 
 
 @dataclass

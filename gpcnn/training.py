@@ -232,6 +232,7 @@ class Training:
             self.info.keys,
             starts,
             merged_in_db,
+            self.rule.average_buffer() if merged_in_db else None,
         )
         db_seconds = time.perf_counter() - started
         metrics, average, segments = self._decode(result, merged_in_db)

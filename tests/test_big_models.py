@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import time
 
 import numpy as np
@@ -19,7 +20,7 @@ import gpcnn
 from gpcnn import embedded, runs, segment
 from gpcnn import weights as wire
 from gpcnn.engines import catalog
-from gpcnn.engines.base import StreamingMerge
+from gpcnn.engines.base import MERGE_LEAD_CHUNKS, StreamingMerge
 from gpcnn.engines.copy import BinaryRows, chunk_rows
 from gpcnn.tables import load_images
 from gpcnn.training import Retention
@@ -193,6 +194,97 @@ def test_merges_keep_counts_exact_beyond_float32(engine):
     client = client_merge.result()
     np.testing.assert_array_equal(client.vector, exact)
     assert client.metrics == {"images": big + 3, "loss": 0.5}
+
+
+def _stream(merger: StreamingMerge, key: int, count: int, vector: np.ndarray, chunk: int):
+    """What one key's result stream hands the merge: its state, then its chunks in order."""
+    state = segment.encode_state({"count": count, "sums": {"loss": 0.0}, "values": vector.size})
+    merger.add((key, -1, count, state))
+    for index, start in enumerate(range(0, vector.size, chunk)):
+        merger.add((key, index, count, memoryview(vector[start : start + chunk].tobytes())))
+
+
+def _streams(chunks: int = 12, chunk: int = 5):
+    rng = np.random.default_rng(3)
+    vectors = {key: rng.normal(size=chunks * chunk).astype(np.float32) for key in (0, 1)}
+    counts = {0: 3, 1: 5}
+    exact = ((vectors[0].astype(np.float64) * 3 + vectors[1].astype(np.float64) * 5) / 8).astype(
+        np.float32
+    )
+    return vectors, counts, exact
+
+
+def test_the_client_merge_makes_a_stream_that_runs_ahead_wait_for_the_slowest():
+    """Key 0's stream arrives whole before key 1's starts: it waits a few chunks ahead (its
+    segment holds its vector anyway) instead of the client holding all of it."""
+    vectors, counts, exact = _streams()
+    merger = StreamingMerge([0, 1], chunk_values=5)
+    ahead = threading.Thread(target=_stream, args=(merger, 0, counts[0], vectors[0], 5))
+    ahead.start()
+    time.sleep(0.3)
+    assert ahead.is_alive(), "the stream ahead should wait for the slowest one"
+    assert len(merger._waiting) == MERGE_LEAD_CHUNKS  # what the client holds meanwhile
+    _stream(merger, 1, counts[1], vectors[1], 5)
+    ahead.join(10)
+    assert not ahead.is_alive()
+    merger.close()
+    np.testing.assert_array_equal(merger.result().vector, exact)
+
+
+def test_the_client_merge_writes_into_the_vector_it_is_given_when_it_fits():
+    vectors, counts, exact = _streams()
+    into = np.zeros(exact.size, dtype=np.float32)
+    for target, expect_into in ((into, True), (np.zeros(3, dtype=np.float32), False)):
+        merger = StreamingMerge([0, 1], chunk_values=5, into=target)
+        threads = [
+            threading.Thread(target=_stream, args=(merger, k, counts[k], vectors[k], 5))
+            for k in (0, 1)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(10)
+        merger.close()
+        got = merger.result().vector
+        np.testing.assert_array_equal(got, exact)
+        assert (got is target) == expect_into
+
+
+def test_unpaced_the_client_merge_takes_the_keys_of_one_stream_one_after_the_other():
+    vectors, counts, exact = _streams()
+    merger = StreamingMerge([0, 1], chunk_values=5, paced=False)
+    _stream(merger, 0, counts[0], vectors[0], 5)  # one thread: a wait here would never end
+    _stream(merger, 1, counts[1], vectors[1], 5)
+    merger.close()
+    np.testing.assert_array_equal(merger.result().vector, exact)
+
+
+def test_a_stream_that_breaks_off_releases_the_streams_waiting_for_it():
+    """A failed statement's sink closes without the trailer; the stream waiting for it must go
+    on (to be cancelled by the sessions), not hang the fit."""
+    vectors, counts, _ = _streams()
+    merger = StreamingMerge([0, 1], chunk_values=5)
+    ahead = threading.Thread(target=_stream, args=(merger, 0, counts[0], vectors[0], 5))
+    ahead.start()
+    time.sleep(0.2)
+    assert ahead.is_alive()
+    stream = b"".join(chunk_rows(("integer",), [((1,), vectors[1][:5])], 5))
+    with BinaryRows(("integer", "integer", "bytea"), on_end=merger.end_stream) as broken:
+        broken.write(stream[:-2])  # no trailer: the statement failed mid-stream
+    ahead.join(10)
+    assert not ahead.is_alive()
+    merger.close()
+    with pytest.raises(ValueError, match=r"results of keys \[0\] came back for keys \[0, 1\]"):
+        merger.result()
+
+
+def test_a_binary_copy_sink_tells_whether_its_stream_ended_with_the_trailer():
+    ends = []
+    stream = b"".join(chunk_rows(("integer",), [((1,), np.arange(4, dtype="<f4"))], 2))
+    for data in (stream, stream[:-2]):
+        with BinaryRows(("integer", "integer", "bytea"), on_end=ends.append) as sink:
+            sink.write(data)
+    assert ends == [True, False]
 
 
 def test_retention_keeps_the_last_the_best_and_every_kth():

@@ -748,3 +748,17 @@ def test_rules_say_when_the_next_start_is_the_model_they_store():
     assert not merge.make_rule("bmuf", ALL, 2, nesterov=True).sends_model()
     assert not merge.make_rule("easgd", ALL, 2).sends_model()
     assert not merge.make_rule("none", ALL, 2).sends_model()
+
+
+def test_only_average_lets_the_next_average_overwrite_its_model():
+    """The client merges the next average into ``average_buffer()`` as it arrives: only a rule
+    whose next model is that average may offer its model; bmuf needs it for its step."""
+    rules = {name: merge.make_rule(name, ALL, 2) for name in merge.RULES}
+    for rule in rules.values():
+        rule.start(f32(1, 2, 3), KEYS)
+    assert rules["average"].average_buffer() is rules["average"].model()
+    assert all(rules[name].average_buffer() is None for name in ("bmuf", "easgd", "none"))
+    buffer = rules["average"].average_buffer()
+    buffer[:] = f32(4, 5, 6)  # as the merge writes it
+    rules["average"].update(buffer, None, COUNTS)
+    np.testing.assert_array_equal(rules["average"].model(), f32(4, 5, 6))

@@ -385,12 +385,14 @@ class Backend:
         keys: Sequence[int],
         starts: Mapping[int, np.ndarray] | StoredStart,
         merged: bool,
+        into: np.ndarray | None = None,
     ) -> Trained:
         """One iteration's training from ``starts`` (key -> start vector, or ``EVERY_KEY``; or a
         ``StoredStart``): the image-weighted average of the trained vectors with the merged
         metrics, or (not ``merged``) each key's vector and metrics. One statement merges in the
         database; with a session per segment, the K results are merged here, chunk by chunk, the
-        same way."""
+        same way, into ``into`` when given and of the average's size (a vector whose values are
+        no longer needed: the caller's model, already sent)."""
         stored = isinstance(starts, StoredStart)
         if stored:
             transfer, size = None, starts.size
@@ -422,11 +424,11 @@ class Backend:
             sql = self.copy_out_sql(self.training_sql(table_sql, None, stored))
             types = ("integer", "integer", "bigint", "bytea")
             if merged:
-                merger = StreamingMerge(keys, self.chunk_values)
+                paced = all(len(group) == 1 for group in groups)
+                merger = StreamingMerge(keys, self.chunk_values, paced, into)
+                sink = partial(BinaryRows, types, on_row=merger.add, on_end=merger.end_stream)
                 try:
-                    self._per_group(
-                        sessions, sql, params, keys, partial(BinaryRows, types, on_row=merger.add)
-                    )
+                    self._per_group(sessions, sql, params, keys, sink)
                 finally:
                     merger.close()
                 return merger.result()
@@ -524,26 +526,45 @@ def _per_key_rows(rows: list[tuple]) -> dict[int, tuple[dict, dict[int, memoryvi
 
 
 MERGE_NICENESS = 10  # the client's merge thread: behind the segments (0), ahead of nice-19 jobs
+MERGE_LEAD_CHUNKS = 2  # how far one stream may run ahead of the slowest before it waits
+MERGE_QUEUE_CHUNKS = 1  # complete chunks waiting for the averaging thread before streams wait
+MERGE_BLOCK_VALUES = 1 << 18  # averaged at a time: the float64 temporaries stay small
 
 
 class StreamingMerge:
     """The database's chunk merge, here, as the K result streams arrive (``BinaryRows`` sinks
     in K threads call ``add``): chunk i is averaged over the keys in key order
     (``merge.weighted_average``: float64 sums, exact integer counts) once every key has sent it,
-    and its K parts are dropped. So the client holds the merged vector and the chunks still
-    waiting, not K trained vectors. The averaging runs in one worker thread at a lower CPU
-    priority (``MERGE_NICENESS``): on a machine whose cores the segments share, it must not slow
-    the streams that feed it (at 25M weights on 2 cores it cost 0.35 s per iteration at normal
-    priority, ``bench/client_merge.py``); not the lowest, so batch jobs do not starve it."""
+    and its K parts are dropped. So the client holds the merged vector and a few chunks, not K
+    trained vectors: with one key per stream (``paced``), a stream more than
+    ``MERGE_LEAD_CHUNKS`` ahead of the slowest waits for it, and streams wait while
+    ``MERGE_QUEUE_CHUNKS`` complete chunks await the averaging; a waiting stream's segment
+    blocks on its socket, holding the vector it holds anyway. Unpaced (several keys per stream,
+    sent one after the other) a stream cannot wait for a key that comes later in its own stream,
+    so parts wait here. The averaging runs in one worker thread at a lower CPU priority
+    (``MERGE_NICENESS``): on a machine whose cores the segments share, it must not slow the
+    streams that feed it (``bench/client_merge.py``); not the lowest, so batch jobs do not
+    starve it. A stream that ends without its trailer (``end_stream``) releases the others.
+    ``into``: a vector to write the average into, when it has the average's size."""
 
-    def __init__(self, keys: Sequence[int], chunk_values: int) -> None:
+    def __init__(
+        self,
+        keys: Sequence[int],
+        chunk_values: int,
+        paced: bool = True,
+        into: np.ndarray | None = None,
+    ) -> None:
         self.keys = sorted(int(k) for k in keys)
         self.chunk_values = chunk_values
-        self._lock = threading.Lock()
+        self.paced = paced
+        self._into = into
+        self._progress = threading.Condition()
+        self._received = dict.fromkeys(self.keys, 0)  # chunks received per key
+        self._aborted = False
         self._states: dict[int, bytes] = {}
         self._counts: dict[int, int] = {}
         self._waiting: dict[int, dict[int, np.ndarray]] = {}
-        self._complete: queue.SimpleQueue = queue.SimpleQueue()
+        self._complete: queue.Queue = queue.Queue(MERGE_QUEUE_CHUNKS)
         self._merged = 0
         self._error: BaseException | None = None
         self.vector: np.ndarray | None = None
@@ -552,20 +573,43 @@ class StreamingMerge:
 
     def add(self, row: tuple) -> None:
         key, chunk, count, data = int(row[0]), int(row[1]), int(row[2]), row[3]
-        with self._lock:
+        with self._progress:
             self._counts[key] = count
             if chunk < 0:  # the small state, first in each stream, with the vector's size
                 state = segment.decode_state(data)
                 if self.vector is None:
-                    self.vector = np.empty(int(state["values"]), dtype="<f4")
+                    size, into = int(state["values"]), self._into
+                    fits = into is not None and into.size == size and into.dtype == "<f4"
+                    self.vector = into if fits else np.empty(size, dtype="<f4")
                 self._states[key] = segment.encode_state(state)
+                return
+            while (
+                self.paced and not self._aborted and chunk - self._slowest(key) >= MERGE_LEAD_CHUNKS
+            ):
+                self._progress.wait()
+            if self._aborted:
                 return
             parts = self._waiting.setdefault(chunk, {})
             parts[key] = np.frombuffer(data, dtype="<f4")
-            if len(parts) == len(self.keys):
-                del self._waiting[chunk]
-                counts = [self._counts[k] for k in self.keys]
-                self._complete.put((chunk, [parts[k] for k in self.keys], counts))
+            self._received[key] = chunk + 1
+            self._progress.notify_all()
+            if len(parts) < len(self.keys):
+                return
+            del self._waiting[chunk]
+            item = (chunk, [parts[k] for k in self.keys], [self._counts[k] for k in self.keys])
+        self._complete.put(item)  # waits while the averaging catches up
+
+    def _slowest(self, key: int) -> int:
+        """Chunks received from the slowest other key."""
+        return min((n for k, n in self._received.items() if k != key), default=self._received[key])
+
+    def end_stream(self, complete: bool) -> None:
+        """One stream ended; one that broke off releases the streams waiting for it (the
+        statement's error is raised by the sessions)."""
+        if not complete:
+            with self._progress:
+                self._aborted = True
+                self._progress.notify_all()
 
     def _average_complete(self) -> None:
         with contextlib.suppress(OSError):  # not on every platform; only speed depends on it
@@ -573,10 +617,12 @@ class StreamingMerge:
         while (item := self._complete.get()) is not None:
             chunk, parts, counts = item
             try:
-                average = rules.weighted_average(parts, counts)
-                start = chunk * self.chunk_values
-                self.vector[start : start + average.size] = average
-                self._merged += average.size
+                offset = chunk * self.chunk_values
+                for start in range(0, parts[0].size, MERGE_BLOCK_VALUES):
+                    block = [part[start : start + MERGE_BLOCK_VALUES] for part in parts]
+                    average = rules.weighted_average(block, counts)
+                    self.vector[offset + start : offset + start + average.size] = average
+                    self._merged += average.size
             except BaseException as e:  # reported by result()
                 self._error = e
 

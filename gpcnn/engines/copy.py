@@ -88,16 +88,22 @@ class BinaryRows(io.RawIOBase):
     tuples (integers, and ``bytea`` as memoryviews of the received data, not copies): results
     without the hex text that psycopg2's text-format results would take, twice the bytes."""
 
-    def __init__(self, types: tuple[str, ...], on_row=None) -> None:
+    def __init__(self, types: tuple[str, ...], on_row=None, on_end=None) -> None:
         self.types = types
         self.rows: list[tuple] = []
         self._on_row = on_row or self.rows.append  # a consumer of each row, else kept in rows
+        self._on_end = on_end  # told at close whether the stream ended with its trailer
         self._pending = bytearray()
         self._header = True
         self._done = False
 
     def writable(self) -> bool:
         return True
+
+    def close(self) -> None:
+        if not self.closed and self._on_end is not None:
+            self._on_end(self._done)
+        super().close()
 
     def write(self, data) -> int:
         view = memoryview(data)
