@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import struct
 import sys
 import tempfile
@@ -169,14 +170,19 @@ def set_rate(model: Any, options: dict) -> None:
 
 
 def seed_everything(model: Any, seed: int | None, iteration: int, key: int) -> None:
-    """Fix Dropout masks and any other randomness for this (run seed, iteration, segment)."""
+    """Fix Dropout masks and any other randomness for this (run seed, iteration, segment): the
+    state of every Keras ``SeedGenerator`` (Keras 3 draws its random ops from these, statelessly),
+    and Python's and NumPy's global generators. Not TensorFlow's global seed, as
+    ``keras.utils.set_random_seed`` would: setting it clears TF's kernel cache, so the next
+    ``train_on_batch`` instantiates and optimizes the train step again (21 ms for a 1M-weight
+    dense model, 63 ms for the BatchNorm CNN, per segment and iteration), and no op here reads it."""
     if seed is None:
         return
-    keras = keras_module()
     derived = int.from_bytes(
         hashlib.sha256(f"{seed}/{iteration}/{key}".encode()).digest()[:4], "little"
     )
-    keras.utils.set_random_seed(derived % (2**31))
+    random.seed(derived)
+    np.random.seed(derived % (2**31))
     weight_ids = {id(v) for v in model.weights}
     for i, var in enumerate(model.variables):
         if id(var) not in weight_ids and "seed_generator" in var.path:
