@@ -199,18 +199,22 @@ def _values(histories, epoch: float, metric: str) -> list[float]:
     return [v for v in found if v is not None]
 
 
+SINGLE_MATCHES = ("dataset", "merges_per_epoch", "shuffle", "model", "optimizer")
+
+
 def _single_of(name: str, histories, grouped) -> str | None:
+    """The one-worker setting a setting is compared with: same data, merges per epoch, order,
+    model and optimizer (by value, so a count read back from the CSV as 1.0 matches 1)."""
     first = histories[0][0]
     if first["merge"] == "single":
         return None
-    base = f"{first['dataset']}-single-k1-m{first['merges_per_epoch']}"
-    extras = [
-        "shuffled" if first.get("shuffle") else "",
-        first.get("model") if first.get("model", "small-cnn") != "small-cnn" else "",
-        first.get("optimizer") if first.get("optimizer", "sgd") != "sgd" else "",
-    ]
-    single = "-".join([base, *(e for e in extras if e)])
-    return single if single in grouped else None
+    for other, runs in grouped.items():
+        mine = runs[0][0]
+        if mine["merge"] == "single" and all(
+            mine.get(field) == first.get(field) for field in SINGLE_MATCHES
+        ):
+            return other
+    return None
 
 
 def _gaps(grouped, epochs) -> list[str]:

@@ -274,6 +274,21 @@ def test_report_gives_mean_sd_and_calls_a_difference_real_only_beyond_two_standa
     assert (diff, verdict) == (pytest.approx(1.0), "real") and se == pytest.approx(0.1414, 1e-3)
 
 
+def test_the_gap_to_one_worker_survives_the_round_trip_through_the_csv(tmp_path):
+    """Read back, counts are numbers like 1.0: the report still finds each setting's one
+    worker, by the values of its fields, and not the one of another optimizer."""
+    rows = (
+        _rows("d-single-k1-m1-momentum", "single", {0: [0.5, 0.8]}, optimizer="momentum")
+        + _rows("d-single-k1-m1-adam", "single", {0: [0.9, 0.9]}, optimizer="adam")
+        + _rows("d-average-k4-m1-momentum-os-local", "average", {0: [0.4, 0.7]},
+                optimizer="momentum", optimizer_state="local")
+    )  # fmt: skip
+    report.write_csv(rows, tmp_path / "history.csv")
+    text = report.report(report.read_csv(tmp_path / "history.csv"), target=0.8)
+    gap = [ln for ln in text.splitlines() if ln.startswith("| d-average-k4-m1-momentum-os-local |")]
+    assert gap[-2].count("-0.1000 (one seed") == 2  # against momentum's one worker, both epochs
+
+
 def test_figures_show_each_setting_as_its_mean_with_a_band_over_seeds():
     rows = _rows("d-single-k1-m1", "single", {0: [0.5, 0.7], 1: [0.7, 0.9]}) + _rows(
         "d-average-k4-m1", "average", {0: [0.4, 0.6]}
