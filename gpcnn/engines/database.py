@@ -56,7 +56,7 @@ class Database:
     """A database gpcnn runs on: its URL, gpcnn's schema there, the engine kind and how iterations
     are dispatched (``dispatch``: None for the engine's own way; ``"statement"`` runs PostgreSQL
     iterations exactly as Greenplum does, one statement for all segments in one session), and the
-    chunk size of the vectors sent and stored (``chunk_bytes``; None: 8 MiB)."""
+    chunk size of the vectors sent and stored (``chunk_bytes``; None: 1 MiB)."""
 
     def __init__(
         self,

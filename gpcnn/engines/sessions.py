@@ -11,11 +11,7 @@ names itself to the server as ``application_name()`` (``gpcnn/<client pid>``), s
 from __future__ import annotations
 
 import atexit
-import contextlib
-import ctypes
-import functools
 import os
-import platform
 import threading
 import time
 from collections.abc import Sequence
@@ -26,24 +22,6 @@ import sqlalchemy as sa
 MAX_IDLE_SESSIONS = 8  # each holds a server process with TensorFlow loaded (~300 MB private)
 DEFAULT_IDLE_TIMEOUT = 600.0  # seconds; $GPCNN_IDLE_SESSION_TIMEOUT overrides
 QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by cancel(): never the cause
-
-
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-BIG_BUFFER_BYTES = 1 << 20
-
-
-@functools.cache
-def map_big_buffers() -> None:
-    """Have glibc's malloc map every buffer of 1 MB or more and unmap it when freed. By default
-    it raises its mmap threshold (up to 32 MB) each time a mapped buffer is freed, so from the
-    second iteration on the result chunks (8 MB) that K threads receive land in per-thread arenas
-    and stay there after use: at 25M weights that kept the client's peak 0.9x the model's bytes
-    higher (bench/overhead.py --memory). Fixing the threshold turns the adjustment off; smaller
-    allocations are unaffected. Once per process; elsewhere than glibc, nothing."""
-    if platform.libc_ver()[0] != "glibc":
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, BIG_BUFFER_BYTES)
 
 
 def application_name() -> str:
@@ -173,7 +151,6 @@ class SegmentSessions:
         self, engine: sa.Engine, count: int, settings: Sequence[str] = (), threads: int = 0
     ) -> None:
         idle_timeout()  # a bad $GPCNN_IDLE_SESSION_TIMEOUT fails here, not after the work
-        map_big_buffers()
         self._dialect = engine.dialect
         self._tag = (_url_of(engine), tuple(settings), threads)
         self._connections = POOL.take(self._tag, count)
