@@ -1,7 +1,7 @@
 """Fixed cost of an iteration for big dense models (issue 12), on the embedded PostgreSQL.
 
     .venv/bin/python bench/overhead.py [--sizes 0.1 1 10 25 100] [--segments 2 4] \
-        [--big 250] [--repeats 5] [--out bench/overhead.json]
+        [--big 250] [--repeats 5] [--chunk-bytes N] [--out bench/overhead.json]
     .venv/bin/python bench/overhead.py --memory 25 2      # one memory measurement (own process)
 
 Model: 8x8x1 input, Dense(H, relu), Dense(10): 75 H + 10 weights (float32). Table: one buffer of
@@ -156,7 +156,7 @@ def estimator(db, model, iterations: int = 1) -> GreenplumCNN:
     )
 
 
-def in_process(model, segments: int) -> dict[str, float]:
+def in_process(model, segments: int, chunk_values: int) -> dict[str, float]:
     """One segment's batch trained here, and the in-segment vector work, in seconds."""
     local = keras.models.model_from_json(model.to_json())
     local.compile(optimizer=keras.optimizers.SGD(0.01), loss="sparse_categorical_crossentropy")
@@ -175,21 +175,19 @@ def in_process(model, segments: int) -> dict[str, float]:
     started = time.perf_counter()
     vector = wire.vector_of(list(local.weights))
     get_seconds = time.perf_counter() - started
-    values = base.DEFAULT_CHUNK_BYTES // 4
     started = time.perf_counter()
-    for start in range(0, vector.size, values):
-        vector[start : start + values].tobytes()
+    for start in range(0, vector.size, chunk_values):
+        vector[start : start + chunk_values].tobytes()
     chunks = time.perf_counter() - started
     return {"train": train, "set": set_seconds, "get": get_seconds, "chunks": chunks}
 
 
-def measure(sizes, segments, big, repeats, dispatch) -> list[dict]:
-    db = gpcnn.connect(dispatch=dispatch)
+def measure(sizes, segments, big, repeats, connection: dict) -> list[dict]:
+    db = gpcnn.connect(**connection)
     gpcnn.install(db)
     configs = [(m, k) for m in sizes for k in segments] + [(m, 2) for m in big]
     tables = {k: table_for(db, k) for k in sorted({k for _, k in configs})}
     results = {c: defaultdict(list) for c in configs}
-    run_ids = []
     for round_ in range(1, repeats + 1):
         for million, k in configs:
             model = dense_model(million)
@@ -197,7 +195,8 @@ def measure(sizes, segments, big, repeats, dispatch) -> list[dict]:
             TIMED.clear()
             with est:
                 est.fit(tables[k], callbacks=[SteadyIteration()])
-                run_ids.append(est.run_id_)
+            # Now, not at the end: a run that stops early leaves no gigabytes of checkpoints.
+            runs.delete_runs(db, [est.run_id_])
             # Fresh segment processes for the next configuration: idle ones would keep their
             # big models cached (five 100M-weight backends are ~8 GB).
             gpcnn.release_sessions()
@@ -206,7 +205,7 @@ def measure(sizes, segments, big, repeats, dispatch) -> list[dict]:
                 got[part].append(sum(values))
             # the history row's seconds end before the iteration is stored
             got["seconds"].append(est.history_[-1]["seconds"] + got["store"][-1])
-            local = in_process(model, k)
+            local = in_process(model, k, db.backend.chunk_values)
             for part, value in local.items():
                 got[f"local_{part}"].append(value)
             got["fixed"].append(got["seconds"][-1] - local["train"])
@@ -218,7 +217,6 @@ def measure(sizes, segments, big, repeats, dispatch) -> list[dict]:
             )
             del est, model
             keras.backend.clear_session()
-    runs.delete_runs(db, run_ids)
     rows = []
     for (million, k), got in results.items():
         model_bytes = 4 * sum(wire.sizes(wire.manifest(dense_model(million))))
@@ -235,9 +233,9 @@ def _hwm(pid: int) -> int:
     raise RuntimeError(f"no VmHWM for {pid}")
 
 
-def memory(million: float, k: int, dispatch) -> dict:
+def memory(million: float, k: int, connection: dict) -> dict:
     """Peak RSS beyond the baselines, in bytes (fresh process, fresh segment sessions)."""
-    db = gpcnn.connect(dispatch=dispatch)
+    db = gpcnn.connect(**connection)
     gpcnn.install(db)
     table = table_for(db, k)
     sessions = db.backend.open_sessions(k, 1)
@@ -357,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", type=float, nargs="*", default=[250], help="at K = 2 only")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dispatch", choices=["sessions", "statement"], default=None)
+    parser.add_argument("--chunk-bytes", type=int, default=None, help="default: gpcnn's")
     parser.add_argument("--memory", nargs=2, metavar=("MILLION", "K"))
     parser.add_argument("--memory-runs", nargs="*", default=[], metavar="MILLION:K")
     parser.add_argument("--tf-own", type=float, metavar="MILLION", help=argparse.SUPPRESS)
@@ -367,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", nargs="+", type=Path, metavar="REPORT")
     parser.add_argument("--rounds", type=Path, metavar="LOG", help="medians from a run's log")
     args = parser.parse_args(argv)
+    connection = {"dispatch": args.dispatch, "chunk_bytes": args.chunk_bytes}
     if args.rounds:
         print(rounds_markdown(args.rounds.read_text()))
         return 0
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             print(markdown(json.loads(path.read_text())), end="\n\n")
         return 0
     if args.memory:
-        print(json.dumps(memory(float(args.memory[0]), int(args.memory[1]), args.dispatch)))
+        print(json.dumps(memory(float(args.memory[0]), int(args.memory[1]), connection)))
         return 0
     if args.tf_own:
         print(json.dumps(tf_own(args.tf_own)))
@@ -389,14 +389,16 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
         "dispatch": args.dispatch or "native",
-        "rows": measure(args.sizes, args.segments, args.big, args.repeats, args.dispatch),
+        "chunk_bytes": args.chunk_bytes,
+        "rows": measure(args.sizes, args.segments, args.big, args.repeats, connection),
         "memory": [],
     }
     args.out.write_text(json.dumps(report, indent=1))  # kept if a memory run fails
     for spec in args.memory_runs:
         million, k = spec.split(":")
-        dispatch = ["--dispatch", args.dispatch] if args.dispatch else []
-        row = _fresh_process("--memory", million, k, *dispatch)
+        options = ["--dispatch", args.dispatch] if args.dispatch else []
+        options += ["--chunk-bytes", str(args.chunk_bytes)] if args.chunk_bytes else []
+        row = _fresh_process("--memory", million, k, *options)
         row["tf_own_x"] = _fresh_process("--tf-own", million)["tf_own_x"]
         report["memory"].append(row)
     args.out.write_text(json.dumps(report, indent=1))

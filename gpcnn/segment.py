@@ -174,8 +174,8 @@ def seed_everything(model: Any, seed: int | None, iteration: int, key: int) -> N
     state of every Keras ``SeedGenerator`` (Keras 3 draws its random ops from these, statelessly),
     and Python's and NumPy's global generators. Not TensorFlow's global seed, as
     ``keras.utils.set_random_seed`` would: setting it clears TF's kernel cache, so the next
-    ``train_on_batch`` instantiates and optimizes the train step again (21 ms for a 1M-weight
-    dense model, 63 ms for the BatchNorm CNN, per segment and iteration), and no op here reads it."""
+    ``train_on_batch`` instantiates and optimizes the train step again, 4-6x the time of a batch
+    (``bench/tf_seed.py``), per segment and iteration; and no op here reads it."""
     if seed is None:
         return
     derived = int.from_bytes(
