@@ -315,9 +315,8 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             run_id, history = resume, stored.iterations
         else:
             history = list(self.history_) if warm else []
-            start = self.model_ if warm else self.model
+            start = wire.flatten((self.model_ if warm else self.model).get_weights())
             run_id = runs.create_run(db, str(info.table), self.stored_params(), model_json)
-            start = wire.flatten(start.get_weights())
 
         self._drop_fitted_models()
         self.model_ = self._local_model(model_json, compile_options)
