@@ -6,7 +6,9 @@ and NumPy instead (``segment.seed_everything``).
     .venv/bin/python bench/tf_seed.py [--repeats 7]
 
 Per model (a 1M-weight dense model, the BatchNorm CNN), one TF thread, batch 32: the median time
-of one ``train_on_batch`` right after each way of seeding, the ways interleaved.
+of one ``train_on_batch`` right after each way of seeding, the ways interleaved; then whether
+the weights after three seeded batches from the same start are bit-identical with and without
+TensorFlow's global seed (the BatchNorm CNN has Dropout, whose masks the seeding fixes).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 from gpcnn import models, segment
+from gpcnn import weights as wire
 
 keras = segment.keras_module(threads=1)
 
@@ -65,6 +68,31 @@ def main() -> None:
                 times[way].append(time.perf_counter() - started)
         for way, values in times.items():
             print(f"{name}: {way}: {1000 * statistics.median(values):.1f} ms")
+    print(
+        f"bn-cnn: weights bit-identical without TF's global seed: {same_weights(built['bn-cnn'])}"
+    )
+
+
+def same_weights(model) -> bool:
+    """Three batches from the same weights and optimizer state, seeded as the segments do, with
+    and without ``tf.random.set_seed`` (via ``keras.utils.set_random_seed``) before it."""
+    rng = np.random.default_rng(1)
+    x = rng.random((96, *model.input_shape[1:])).astype("float32")
+    y = rng.integers(0, 10, 96)
+    start = wire.vector_of(list(model.weights))
+    slots = [v.numpy() for v in model.optimizer.variables]
+    trained = []
+    for with_tf_seed in (True, False):
+        wire.set_model_weights(model, start)
+        for var, value in zip(model.optimizer.variables, slots, strict=True):
+            var.assign(value)
+        if with_tf_seed:
+            keras.utils.set_random_seed(7)
+        segment.seed_everything(model, 7, 1, 0)
+        for batch in range(3):
+            model.train_on_batch(x[32 * batch : 32 * (batch + 1)], y[32 * batch : 32 * (batch + 1)])
+        trained.append(wire.vector_of(list(model.weights)))
+    return bool(np.array_equal(*trained))
 
 
 if __name__ == "__main__":

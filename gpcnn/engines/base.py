@@ -35,8 +35,9 @@ from .sessions import SegmentSessions
 
 DISPATCHES = (None, "sessions", "statement")
 # A chunk of a vector: one row of transfers and checkpoints, one row of a result stream. 1 MiB
-# rather than 8: the client's allocator reuses 1 MiB buffers where it maps and unmaps 8 MiB ones
-# (25M weights, K = 2: fixed cost 0.94-1.35 s against 1.46 s; bench/overhead.py).
+# rather than 8: the client's allocator reuses 1 MiB buffers, where it kept freed 8 MiB ones in
+# per-thread arenas (25M weights: client peak 3.12x against 3.97x the model, K = 2;
+# bench/overhead.py --memory 25 2 [--chunk-bytes 8388608]).
 DEFAULT_CHUNK_BYTES = 1 << 20
 EVERY_KEY = -1  # the transfer row of a start shared by every segment
 
