@@ -20,10 +20,10 @@ Parts, per iteration (medians): ``send`` (COPY of the start into ``transfers`` a
 vector read and sent back in chunks; in "statement" dispatch the merge too), ``merge`` (the
 client's chunk merge of the K results, "sessions" dispatch: done as they arrive, so mostly inside
 ``query``; this is the rest, after the streams ended), ``decode`` (result rows to vectors),
-``store`` (the checkpoint COPY and the iteration row). In-process, in this process,
-on the same model: ``set`` (weights into the model), ``get`` (the trained vector out of it),
-``chunks`` (cutting it into chunk bytes, as ``state_chunks`` does). MB/s = model bytes (float32)
-/ fixed cost, 1 MB = 10^6 bytes.
+``store`` (the checkpoint COPY), ``row`` (the iteration row, the retention rule, the commit).
+In-process, in this process, on the same model: ``set`` (weights into the model), ``get`` (the
+trained vector out of it), ``chunks`` (cutting it into chunk bytes, as ``state_chunks`` does).
+MB/s = model bytes (float32) / fixed cost, 1 MB = 10^6 bytes.
 
 Memory (``--memory SIZE K``, a fresh process with fresh segment sessions): peak RSS (VmHWM) of
 each segment backend minus its VmHWM after the environment probe, and of this client minus its
@@ -60,6 +60,7 @@ from gpcnn.engines import base, catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.tables import load_images
+from gpcnn.training import Training
 
 SCHEMA = "gpcnn_bench_overhead"
 IMAGES_PER_SEGMENT = 16
@@ -91,7 +92,8 @@ for owner, name, part in (
     (base.StreamingMerge, "close", "merge"),
     (base, "_per_key_rows", "decode"),
     (base, "_merged_rows", "decode"),
-    (catalog, "insert_iteration", "store"),
+    (catalog, "store_checkpoint", "store"),
+    (Training, "_store", "row"),  # the row, the retention rule, the commit
 ):
     _timed(owner, name, part)
 
@@ -203,8 +205,8 @@ def measure(sizes, segments, big, repeats, connection: dict) -> list[dict]:
             got = results[(million, k)]
             for part, values in TIMED.items():
                 got[part].append(sum(values))
-            # the history row's seconds end before the iteration is stored
-            got["seconds"].append(est.history_[-1]["seconds"] + got["store"][-1])
+            # the history row's seconds end before the row is stored
+            got["seconds"].append(est.history_[-1]["seconds"] + got["row"][-1])
             local = in_process(model, k, db.backend.chunk_values)
             for part, value in local.items():
                 got[f"local_{part}"].append(value)
@@ -278,7 +280,7 @@ def tf_own(million: float) -> dict:
     return {"million": million, "tf_own_x": (_hwm(os.getpid()) - baseline) / model_bytes}
 
 
-PARTS = ("send", "query", "decode", "merge", "store")
+PARTS = ("send", "query", "decode", "merge", "store", "row")
 
 
 def markdown(report: dict) -> str:

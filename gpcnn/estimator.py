@@ -24,6 +24,7 @@ from sklearn.exceptions import NotFittedError
 from . import merge, runs, segment, staging
 from . import weights as wire
 from .engines import Database, connect
+from .engines.base import StoredStart
 from .engines.sessions import SegmentSessions
 from .errors import TrainingError, database_call
 from .install import ensure_installed
@@ -343,7 +344,9 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
                 rule=rule,
                 slices=slices,
                 local_epochs=int(self.local_epochs),
-                evaluate=lambda weights, it: self._validation(validation, weights, it),
+                evaluate=lambda weights, stored, it: self._validation(
+                    validation, weights, stored, it
+                ),
             )
             bar = None
             status = "finished"
@@ -418,11 +421,15 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             values = " - ".join(f"{k}: {v}" for k, v in shown.items())
             print(f"Iteration {row['iteration']}/{total} - {row['seconds']:.1f}s - {values}")
 
-    def _validation(self, validation, weights: bytes, iteration: int) -> dict | None:
+    def _validation(
+        self, validation, weights: np.ndarray, stored: StoredStart | None, iteration: int
+    ) -> dict | None:
+        """Validation metrics of ``weights`` at ``iteration`` (None when not due); a table reads
+        them from their checkpoint (``stored``) when they have one."""
         if validation is None or not self._validates(iteration):
             return None
         if isinstance(validation, ImageTable):
-            return self._evaluate_table(validation, weights)
+            return self._evaluate_table(validation, weights if stored is None else stored)
         if getattr(self, "_validation_model", None) is None:
             self._validation_model = self._local_model(self._model_json, self._options["compile"])
         wire.set_model_weights(self._validation_model, weights)
@@ -460,7 +467,9 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         finally:
             self._sessions = None
 
-    def _evaluate_table(self, info: ImageTable, weights: bytes | None = None) -> dict:
+    def _evaluate_table(
+        self, info: ImageTable, weights: np.ndarray | StoredStart | None = None
+    ) -> dict:
         weights = weights if weights is not None else wire.model_to_bytes(self.model_)
         with self._holding_sessions() as sessions:
             return evaluate_table(

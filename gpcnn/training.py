@@ -4,9 +4,9 @@ Per iteration: the rule says what every segment starts from (one model for all, 
 sent through ``transfers`` (or read from the checkpoint just stored, when that is the start) and
 joined by key in the query; the ``train`` aggregate runs on every
 segment over this iteration's slice of its buffers; the result is either the image-weighted
-average (merged chunk by chunk) or each segment's model; the rule makes the next model; the row
-and what a resume needs (chunked checkpoints, by the retention rule) are stored in one
-transaction.
+average (merged chunk by chunk) or each segment's model; the rule makes the next model, stored
+as a chunked checkpoint that the validation then reads; the row, the retention rule and what a
+resume needs follow in one transaction.
 """
 
 from __future__ import annotations
@@ -91,14 +91,15 @@ def evaluate_table(
     info: ImageTable,
     model_json: str,
     options: dict,
-    weights: bytes | np.ndarray,
+    weights: bytes | np.ndarray | StoredStart,
 ) -> dict:
-    """Image-weighted loss and metrics of ``weights`` over a whole table, in the database."""
+    """Image-weighted loss and metrics of ``weights`` (or of a stored checkpoint's model) over a
+    whole table, in the database."""
     params = {
         "model": model_json,
         "options": json.dumps({**options, "image_shape": list(info.image_shape)}),
     }
-    vector = weights if isinstance(weights, np.ndarray) else wire.from_bytes(weights)
+    vector = wire.from_bytes(weights) if isinstance(weights, bytes) else weights
     metrics = database_call(
         "evaluation",
         db.backend.run_evaluation,
@@ -127,7 +128,7 @@ class Training:
         rule: merge.MergeRule,
         slices: Sequence[Slice],
         local_epochs: int,
-        evaluate,  # weights -> {"loss": ..., metric: ...} or None
+        evaluate,  # (weights, StoredStart or None, iteration) -> {"loss": ..., ...} or None
         retention: Retention | None = None,
     ) -> None:
         self.db, self.backend, self.sessions, self.info = db, db.backend, sessions, info
@@ -248,16 +249,17 @@ class Training:
             )
         self.rule.update(average, segments, dict(zip(self.info.keys, part.expected, strict=True)))
         model = self.rule.model()
+        stored = self._store_checkpoint(iteration, model)
         row = {
             "iteration": iteration,
             "epoch": iteration * self.local_epochs / len(self.slices),
             "images": int(metrics.pop("images")),
             **{k: float(v) for k, v in metrics.items()},
-            **self._validation(model, segments, iteration),
+            **self._validation(model, stored, segments, iteration),
             "db_seconds": db_seconds,
         }
         row["seconds"] = time.perf_counter() - started
-        self._store(row, model)
+        self._store(row)
         return row
 
     def _decode(self, result, merged_in_db: bool):
@@ -288,14 +290,16 @@ class Training:
             )
         return metrics, average, segments
 
-    def _validation(self, model: np.ndarray, segments: dict | None, iteration: int) -> dict:
-        values = self.evaluate(model, iteration)
+    def _validation(
+        self, model: np.ndarray, stored: StoredStart, segments: dict | None, iteration: int
+    ) -> dict:
+        values = self.evaluate(model, stored, iteration)
         if values is None:
             return {}
         row = {f"val_{k}": v for k, v in values.items() if k != "images"}
         if isinstance(self.rule, merge.NoMerge):
             # K workers that never merge: their own curves, their mean, and the one-shot average.
-            per_key = {k: self.evaluate(w, iteration) for k, w in segments.items()}
+            per_key = {k: self.evaluate(w, None, iteration) for k, w in segments.items()}
             row = {f"{name}_average": v for name, v in row.items()}
             for name in values:
                 if name == "images":
@@ -305,19 +309,25 @@ class Training:
                 row[f"val_{name}"] = float(np.mean([v[name] for v in per_key.values()]))
         return row
 
-    def _store(self, row: dict, model: np.ndarray) -> None:
-        """The iteration's row and checkpoint, and the retention rule on older checkpoints, in
-        one transaction."""
-        state = self.rule.state()
+    def _store_checkpoint(self, iteration: int, model: np.ndarray) -> StoredStart:
+        """The iteration's checkpoint (model, rule and optimizer state), committed before the
+        validation, which reads the model from it instead of from a transfer of its own. Until
+        its row follows (``_store``), no resume sees it, and a resume's rerun replaces it."""
+        vectors = {
+            "weights": model,
+            "rule_state": self.rule.state(),
+            "optimizer": self.shared_optimizer,
+        }
+        with self.db.begin() as conn:
+            catalog.store_checkpoint(conn, self.backend, self.run_id, iteration, vectors)
+        return StoredStart(self.run_id, iteration, self.weight_count)
+
+    def _store(self, row: dict) -> None:
+        """The iteration's row, the retention rule on older checkpoints and each segment's next
+        start, in one transaction."""
         self.rows.append(row)
         with self.db.begin() as conn:
-            catalog.insert_iteration(
-                conn,
-                self.backend,
-                self.run_id,
-                row,
-                {"weights": model, "rule_state": state, "optimizer": self.shared_optimizer},
-            )
+            catalog.insert_iteration(conn, self.backend, self.run_id, row)
             catalog.prune_checkpoints(
                 conn, self.backend, self.run_id, self.retention.keep(self.rows)
             )

@@ -16,8 +16,10 @@ from tiny import learnable_images
 
 from gpcnn import segment
 from gpcnn import weights as wire
+from gpcnn.engines import catalog
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.tables import STAGING_SUFFIX, TableError, load_images, read_images
+from gpcnn.training import Training
 
 keras = segment.keras_module()
 
@@ -162,11 +164,8 @@ def test_merged_weights_equal_the_in_process_reference(engine, schema, tables, k
     assert est.segments_ == k
 
 
-def test_average_starts_each_iteration_from_the_checkpoint_it_stored(
-    engine, schema, tables, monkeypatch
-):
-    """After the first iteration ``average`` sends nothing: the query joins the checkpoint just
-    stored. The result still equals the reference."""
+def count_transfers(engine, monkeypatch) -> list[int]:
+    """The number of vectors of every transfer the backend writes from now on."""
     sent = []
     write_transfer = type(engine.backend).write_transfer
     monkeypatch.setattr(
@@ -174,12 +173,70 @@ def test_average_starts_each_iteration_from_the_checkpoint_it_stored(
         "write_transfer",
         lambda self, vectors: sent.append(len(vectors)) or write_transfer(self, vectors),
     )
+    return sent
+
+
+def test_average_starts_each_iteration_from_the_checkpoint_it_stored(
+    engine, schema, tables, monkeypatch
+):
+    """After the first iteration ``average`` sends nothing: the query joins the checkpoint just
+    stored. The result still equals the reference."""
+    sent = count_transfers(engine, monkeypatch)
     model = tiny_cnn()
     with estimator(engine, schema, model, iterations=3) as est:
         est.fit(tables[2])
     assert sent == [1]
     expected = reference(model, shards(engine, schema, tables[2]), 3)
     np.testing.assert_allclose(wire.flatten(est.model_.get_weights()), expected, atol=1e-6, rtol=0)
+
+
+def test_a_validation_table_reads_the_model_from_its_checkpoint(
+    engine, schema, tables, monkeypatch
+):
+    """The validation evaluates the checkpoint just stored, so validating writes no transfer of
+    its own; its metrics are those of the model the fit returns."""
+    sent = count_transfers(engine, monkeypatch)
+    est = estimator(engine, schema, tiny_cnn(), iterations=3, validation_table=tables["test"])
+    with est:
+        est.fit(tables[2])
+        assert sent == [1]  # the first start only
+        again = est.evaluate(tables["test"])
+    assert again["loss"] == pytest.approx(est.history_[-1]["val_loss"], rel=1e-6)
+    assert again["accuracy"] == pytest.approx(est.history_[-1]["val_accuracy"], rel=1e-6)
+
+
+def test_a_checkpoint_stored_before_a_failure_is_replaced_on_resume(
+    engine, schema, tables, monkeypatch
+):
+    """Iteration 2's checkpoint is committed before its validation; the fit fails before the
+    row. A resume does not start from that checkpoint (it has no row) but reruns iteration 2,
+    replacing it, and ends where an uninterrupted fit ends."""
+    model = tiny_cnn(batchnorm_dropout=True)
+    validation = {"validation_table": tables["test"]}
+    with estimator(engine, schema, model, iterations=3, **validation) as whole:
+        whole.fit(tables[2])
+    store = Training._store
+
+    def fail_at_2(self, row):
+        if row["iteration"] == 2:
+            raise RuntimeError("stopped before the row")
+        store(self, row)
+
+    monkeypatch.setattr(Training, "_store", fail_at_2)
+    broken = estimator(engine, schema, model, iterations=3, **validation)
+    with broken, pytest.raises(RuntimeError, match="before the row"):
+        broken.fit(tables[2])
+    with engine.connect() as conn:
+        assert catalog.checkpoint(conn, engine.backend, broken.run_id_, 2)  # stored, no row
+        assert catalog.last_checkpoint(conn, engine.backend, broken.run_id_)[0] == 1
+    monkeypatch.setattr(Training, "_store", store)
+    with estimator(engine, schema, model, iterations=3, **validation) as resumed:
+        resumed.fit(tables[2], resume=broken.run_id_)
+    assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
+    np.testing.assert_array_equal(
+        wire.flatten(resumed.model_.get_weights()), wire.flatten(whole.model_.get_weights())
+    )
+    assert resumed.history_[-1]["val_loss"] == whole.history_[-1]["val_loss"]
 
 
 def test_shuffled_buffers_equal_the_reference_with_the_same_orders(engine, schema, tables):

@@ -224,12 +224,6 @@ class Backend:
         merges the K trained vectors chunk by chunk, None returns each key's chunks
         (``state_chunks``)."""
         s, table_sql = text_safe(self.qschema), text_safe(table_sql)
-        source = (
-            f"{s}.checkpoints c ON c.run_id = :start_run AND c.iteration = :start_iteration "
-            "AND c.part = 'weights'"
-            if stored
-            else f"{s}.transfers c ON c.transfer_id = :transfer"
-        )
         inner = (
             f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, c.chunk, c.data, t.x, t.y, "
             "t.n, :model, :options, p.expected "
@@ -241,7 +235,8 @@ class Backend:
             "ON t.__dist_key__ = p.key AND t.buffer_id >= p.first_buffer "
             "AND t.buffer_id < p.stop_buffer "
             "CROSS JOIN generate_series(1, :epochs) AS e(epoch) "
-            f"LEFT JOIN {source} AND c.__dist_key__ IN ({EVERY_KEY}, t.__dist_key__) "
+            f"LEFT JOIN {self._vectors_sql(stored)} "
+            f"AND c.__dist_key__ IN ({EVERY_KEY}, t.__dist_key__) "
             "AND t.buffer_id = p.first_buffer AND e.epoch = 1 "
             "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) "
             "GROUP BY t.__dist_key__"
@@ -259,9 +254,21 @@ class Backend:
             )
         return chunks
 
-    def evaluation_sql(self, table_sql: str, outer: str | None) -> str:
-        """Each key's buffers through ``evaluate``, the weights joined from ``transfers`` to the
-        key's first buffer as for training; "merge" adds the K small states."""
+    def _vectors_sql(self, stored: bool) -> str:
+        """The chunk rows a statement's vectors come from, as ``c``: the transfer ``:transfer``,
+        or (``stored``) the ``weights`` checkpoint ``:start_run``/``:start_iteration``."""
+        s = text_safe(self.qschema)
+        if stored:
+            return (
+                f"{s}.checkpoints c ON c.run_id = :start_run AND c.iteration = :start_iteration "
+                "AND c.part = 'weights'"
+            )
+        return f"{s}.transfers c ON c.transfer_id = :transfer"
+
+    def evaluation_sql(self, table_sql: str, outer: str | None, stored: bool = False) -> str:
+        """Each key's buffers through ``evaluate``, the weights joined to the key's first buffer
+        as for training (from ``transfers``, or ``stored`` in a checkpoint); "merge" adds the K
+        small states."""
         s, table_sql = text_safe(self.qschema), text_safe(table_sql)
         inner = (
             f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.__dist_key__, c.chunk, c.data, t.x, "
@@ -269,7 +276,7 @@ class Backend:
             f"FROM {table_sql} t "
             f"JOIN (SELECT __dist_key__ AS key, min(buffer_id) AS first_buffer FROM {table_sql} "
             "GROUP BY __dist_key__) p ON t.__dist_key__ = p.key "
-            f"LEFT JOIN {s}.transfers c ON c.transfer_id = :transfer "
+            f"LEFT JOIN {self._vectors_sql(stored)} "
             f"AND c.__dist_key__ = {EVERY_KEY} AND t.buffer_id = p.first_buffer "
             "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) GROUP BY t.__dist_key__"
         )
@@ -351,6 +358,29 @@ class Backend:
         return transfer
 
     @contextlib.contextmanager
+    def _vectors(
+        self, vectors: Mapping[int, np.ndarray] | StoredStart, params: dict
+    ) -> Iterator[dict]:
+        """``params`` naming a statement's vectors (key -> vector, written to ``transfers`` and
+        deleted afterwards; or a ``StoredStart``), with the token that names them in the
+        segment processes and their size in ``options``."""
+        if isinstance(vectors, StoredStart):
+            source = {"start_run": vectors.run_id, "start_iteration": vectors.iteration}
+            token, size = secrets.randbits(62), vectors.size
+        else:
+            sizes = {vector.size for vector in vectors.values()}
+            if len(sizes) != 1:
+                raise ValueError(f"start vectors of different sizes {sorted(sizes)}")
+            token, size = self.write_transfer(vectors), sizes.pop()
+            source = {"transfer": token}
+        options = {**json.loads(params["options"]), "transfer": token, "vector_size": size}
+        try:
+            yield {**params, **source, "options": json.dumps(options)}
+        finally:
+            if "transfer" in source:
+                self.delete_transfer(token)
+
+    @contextlib.contextmanager
     def sent(self, vector: np.ndarray) -> Iterator[int]:
         """``vector`` in ``transfers`` for the statements of a block (the same for every key);
         its ``transfer_id``, deleted afterwards."""
@@ -398,25 +428,8 @@ class Backend:
         same way, into ``into`` when given and of the average's size (a vector whose values are
         no longer needed: the caller's model, already sent)."""
         stored = isinstance(starts, StoredStart)
-        if stored:
-            transfer, size = None, starts.size
-            source = {"start_run": starts.run_id, "start_iteration": starts.iteration}
-        else:
-            sizes = {vector.size for vector in starts.values()}
-            if len(sizes) != 1:
-                raise ValueError(f"start vectors of different sizes {sorted(sizes)}")
-            transfer, size = self.write_transfer(starts), sizes.pop()
-            source = {"transfer": transfer}
-        # The token that names this statement's vectors in the segment processes.
-        token = transfer if transfer is not None else secrets.randbits(62)
-        options = {**json.loads(params["options"]), "transfer": token, "vector_size": size}
-        params = {
-            **params,
-            **source,
-            "options": json.dumps(options),
-            "chunk_values": self.chunk_values,
-        }
-        try:
+        with self._vectors(starts, params) as params:
+            params = {**params, "chunk_values": self.chunk_values}
             groups = self.session_groups(keys, len(sessions))
             if merged and len(groups) == 1:
                 rows = sessions.one(
@@ -437,9 +450,6 @@ class Backend:
                     merger.close()
                 return merger.result()
             rows = self._per_group(sessions, sql, params, keys, partial(BinaryRows, types))
-        finally:
-            if transfer is not None:
-                self.delete_transfer(transfer)
         per_key = _per_key_rows(rows)
         return Trained(
             None,
@@ -451,23 +461,26 @@ class Backend:
         )
 
     def run_evaluation(
-        self, sessions: SegmentSessions, table_sql: str, params: dict, keys, weights: np.ndarray
+        self,
+        sessions: SegmentSessions,
+        table_sql: str,
+        params: dict,
+        keys,
+        weights: np.ndarray | StoredStart,
     ) -> dict:
-        """Image-weighted loss and metrics of ``weights`` over the keys' buffers."""
-        with self.sent(weights) as transfer:
-            options = {
-                **json.loads(params["options"]),
-                "transfer": transfer,
-                "vector_size": weights.size,
-            }
-            params = {**params, "options": json.dumps(options), "transfer": transfer}
+        """Image-weighted loss and metrics of ``weights`` (a vector, or a ``StoredStart``: the
+        model of a stored checkpoint, not written again) over the keys' buffers."""
+        stored = isinstance(weights, StoredStart)
+        vectors = weights if stored else {EVERY_KEY: weights}
+        with self._vectors(vectors, params) as params:
             groups = self.session_groups(keys, len(sessions))
             if len(groups) == 1:
                 rows = sessions.one(
-                    self.evaluation_sql(table_sql, "merge"), {**params, "group": groups[0]}
+                    self.evaluation_sql(table_sql, "merge", stored), {**params, "group": groups[0]}
                 )
                 return segment.decode_result(bytes(rows[0][0]))
-            rows = self._per_group(sessions, self.evaluation_sql(table_sql, None), params, keys)
+            sql = self.evaluation_sql(table_sql, None, stored)
+            rows = self._per_group(sessions, sql, params, keys)
         state = None
         for _, value in sorted(rows, key=lambda r: r[0]):
             state = segment.merge(state, bytes(value))

@@ -456,28 +456,32 @@ def _read_chunks(conn: sa.Connection, query) -> dict[tuple, np.ndarray]:
     return {k: np.concatenate(v) for k, v in parts.items()}
 
 
-def insert_iteration(
+def store_checkpoint(
     conn: sa.Connection,
     backend: Backend,
     run_id: int,
-    row: dict,
+    iteration: int,
     vectors: dict[str, np.ndarray | None],
 ) -> None:
-    """The iteration's metrics and its checkpoint (``RUN_PARTS`` -> vector or None)."""
-    t = tables(backend.schema)
-    conn.execute(
-        t.run_iterations.insert().values(
-            run_id=run_id, iteration=row["iteration"], metrics=json.dumps(row)
-        )
-    )
-    c = t.checkpoints
-    conn.execute(c.delete().where(c.c.run_id == run_id, c.c.iteration == row["iteration"]))
+    """An iteration's checkpoint (``RUN_PARTS`` -> vector or None), replacing any left by an
+    attempt at the same iteration that stopped before its row was written."""
+    c = tables(backend.schema).checkpoints
+    conn.execute(c.delete().where(c.c.run_id == run_id, c.c.iteration == iteration))
     stored = [
-        ((run_id, row["iteration"], part, EVERY_KEY), vector)
+        ((run_id, iteration, part, EVERY_KEY), vector)
         for part, vector in vectors.items()
         if vector is not None
     ]
     _copy_chunks(conn, backend, c, CHECKPOINT_PREFIX, stored)
+
+
+def insert_iteration(conn: sa.Connection, backend: Backend, run_id: int, row: dict) -> None:
+    """The iteration's metrics: from now on its checkpoint counts (``last_checkpoint``)."""
+    conn.execute(
+        tables(backend.schema)
+        .run_iterations.insert()
+        .values(run_id=run_id, iteration=row["iteration"], metrics=json.dumps(row))
+    )
 
 
 def replace_segment_models(
