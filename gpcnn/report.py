@@ -143,22 +143,26 @@ def difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float | N
     return ma - mb, se, "real" if abs(ma - mb) > 2 * se else "within noise"
 
 
-def _cell(values: Sequence[float]) -> str:
+def _cell(values: Sequence[float], digits: int = 4) -> str:
     if not values:
         return ""
     mean, sd = mean_sd(values)
-    return f"{mean:.4f}" if sd is None else f"{mean:.4f} ± {sd:.4f}"
+    return f"{mean:.{digits}f}" if sd is None else f"{mean:.{digits}f} ± {sd:.{digits}f}"
 
 
 # -- report.md ------------------------------------------------------------------------------------
 
 
 def report(
-    rows: Sequence[dict], target: float | None = None, segments: dict[str, dict] | None = None
+    rows: Sequence[dict],
+    target: float | None = None,
+    segments: dict[str, dict] | None = None,
+    seconds: dict[str, float] | None = None,
 ) -> str:
     """Validation accuracy and loss per setting at epochs 1, 5, 10, 15, 20 and the last (mean ± sd
-    over seeds), each setting's gap to one worker with its verdict, epochs to ``target``, and the
-    segments (sizes and class mixes, from ``collect_segments``) of label-skewed settings."""
+    over seeds), each setting's gap to one worker with its verdict, epochs to ``target`` (and the
+    time to it, given each setting's ``seconds`` per epoch), and the segments (sizes and class
+    mixes, from ``collect_segments``) of label-skewed settings."""
     grouped = settings(rows)
     last = max((r["epoch"] for r in rows), default=0)
     epochs = [e for e in REPORT_EPOCHS if e < last] + [last]
@@ -173,7 +177,7 @@ def report(
         lines.append("")
     lines += _gaps(grouped, epochs)
     if target is not None:
-        lines += _targets(grouped, target)
+        lines += _targets(grouped, target, seconds or {})
     skewed = {
         name: segments[name]
         for name, histories in grouped.items()
@@ -248,14 +252,22 @@ def _gaps(grouped, epochs) -> list[str]:
     return [*lines, ""]
 
 
-def _targets(grouped, target: float) -> list[str]:
+def _targets(grouped, target: float, seconds: dict[str, float]) -> list[str]:
+    """Epochs to ``target``; with ``seconds`` (setting -> seconds per epoch, one timing run) also
+    the time to it: each seed's epochs times the setting's seconds per epoch."""
+    timed = ["s per epoch", "minutes to target"] if seconds else []
     lines = [
         f"## Epochs to {target:g} validation accuracy (mean ± sd over the seeds that reached it)",
         "",
-        "| setting | reached | epochs |",
-        "|---|---|---|",
+        "| " + " | ".join(["setting", "reached", "epochs", *timed]) + " |",
+        "|---|---|---|" + "---|" * len(timed),
     ]
     for name, histories in grouped.items():
         reached = [e for e in (epochs_to(h, target) for h in histories) if e is not None]
-        lines.append(f"| {name} | {len(reached)} of {len(histories)} | {_cell(reached)} |")
+        cells = [name, f"{len(reached)} of {len(histories)}", _cell(reached)]
+        if seconds:
+            per_epoch = seconds.get(name)
+            minutes = [] if per_epoch is None else [e * per_epoch / 60 for e in reached]
+            cells += ["–" if per_epoch is None else f"{per_epoch:.1f}", _cell(minutes, 1) or "–"]
+        lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]

@@ -274,6 +274,19 @@ def test_report_gives_mean_sd_and_calls_a_difference_real_only_beyond_two_standa
     assert (diff, verdict) == (pytest.approx(1.0), "real") and se == pytest.approx(0.1414, 1e-3)
 
 
+def test_time_to_target_is_each_seeds_epochs_times_the_settings_seconds_per_epoch():
+    rows = _rows("d-single-k1-m1", "single", {0: [0.7, 0.8], 1: [0.8, 0.9]}) + _rows(
+        "d-none-k4-m1", "none", {0: [0.5, 0.6]}
+    )
+    seconds = {"d-single-k1-m1": 60.0, "d-none-k4-m1": 30.0}
+    text = report.report(rows, target=0.8, seconds=seconds)
+    assert "| setting | reached | epochs | s per epoch | minutes to target |" in text
+    # seeds reach 0.8 after 2 and 1 epochs: 2 and 1 minutes at 60 s per epoch
+    assert "| d-single-k1-m1 | 2 of 2 | 1.5000 ± 0.7071 | 60.0 | 1.5 ± 0.7 |" in text
+    assert "| d-none-k4-m1 | 0 of 1 |  | 30.0 | – |" in text
+    assert "minutes to target" not in report.report(rows, target=0.8)
+
+
 def test_the_gap_to_one_worker_survives_the_round_trip_through_the_csv(tmp_path):
     """Read back, counts are numbers like 1.0: the report still finds each setting's one
     worker, by the values of its fields, and not the one of another optimizer."""
