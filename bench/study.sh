@@ -5,6 +5,7 @@
 #   bash bench/study.sh sweep   # learning rates for one worker, per optimizer (run first)
 #   bash bench/study.sh a       # with merge vs without: single, none, average, bmuf (K = 4, 8)
 #   bash bench/study.sh b       # the optimizer's state: momentum/Adam x reset/local/average, K = 4
+#                               # (and one worker per optimizer)
 #   bash bench/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
 #   bash bench/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
 #   bash bench/study.sh e       # sync with and without lr x K, K = 4
@@ -28,6 +29,13 @@ out=docs/img/study
 
 fashion=(--dataset fashion-mnist --model bn-cnn --shuffle --iterations 15 "${schema[@]}")
 lr() { "${py[@]}" bench/study_lr.py "$out/sweep" "$1"; }
+# Part a's one-worker momentum runs (seeds 0, 1) copied into part $1, for its gaps to one worker:
+# the same specs, so the part reuses them instead of training them again.
+reuse_single() {
+  mkdir -p "$out/$1/runs"
+  cp -n "$out"/a/runs/fashion-mnist-single-k1-m1-shuffled-bn-cnn-momentum{,-s1}.json \
+    "$out/$1/runs/"
+}
 
 case $part in
 sweep)
@@ -51,13 +59,16 @@ a)
     --merge average,bmuf,none --seeds 0,1 --target 0.9 --out "$out/a"
   ;;
 b)
+  # One worker per optimizer, for the gaps; momentum's are part a's.
+  reuse_single b
   for opt in momentum adam; do
     "${gpcnn[@]}" converge "${fashion[@]}" --optimizer $opt --learning-rate "$(lr $opt)" \
-      --segments 4 --merge average --optimizer-state reset,local,average --seeds 0,1 \
+      --segments 4 --merge single,average --optimizer-state reset,local,average --seeds 0,1 \
       --target 0.9 --out "$out/b"
   done
   ;;
 c)
+  reuse_single c
   "${gpcnn[@]}" converge "${fashion[@]}" --optimizer momentum --learning-rate "$(lr momentum)" \
     --optimizer-state local --segments 4 --merge average,bmuf,none --skew 1,0.1 --seeds 0,1 \
     --target 0.9 --out "$out/c"
@@ -68,6 +79,7 @@ d)
     --segments 4 --merge single,average,bmuf --seeds 0,1 --target 0.95 --out "$out/d"
   ;;
 e)
+  reuse_single e
   momentum=(--optimizer momentum --learning-rate "$(lr momentum)")
   "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --merge sync \
     --target 0.9 --out "$out/e"
