@@ -204,52 +204,70 @@ def _values(histories, epoch: float, metric: str) -> list[float]:
 
 
 SINGLE_MATCHES = ("dataset", "merges_per_epoch", "shuffle", "model", "optimizer")
+# The gap tables: what a setting is compared with, named; the fields that make a setting that
+# reference; the fields a setting shares with its reference (compared by value, so a count read
+# back from the CSV as 1.0 matches 1).
+COMPARISONS = (
+    ("one worker", {"merge": "single"}, SINGLE_MATCHES),
+    (
+        "the average at the same K",
+        {"merge": "average"},
+        (*SINGLE_MATCHES, "segments", "skew", "optimizer_state"),
+    ),
+    (
+        "the local optimizer state",
+        {"optimizer_state": "local"},
+        (*SINGLE_MATCHES, "merge", "segments", "skew"),
+    ),
+)
 
 
-def _single_of(name: str, histories, grouped) -> str | None:
-    """The one-worker setting a setting is compared with: same data, merges per epoch, order,
-    model and optimizer (by value, so a count read back from the CSV as 1.0 matches 1)."""
+def _reference_of(histories, grouped, sets: dict, shares: Sequence[str]) -> str | None:
+    """The setting that ``histories``' setting is compared with, or None (none there, or the
+    setting is a reference itself)."""
     first = histories[0][0]
-    if first["merge"] == "single":
+    if all(first.get(field) == value for field, value in sets.items()):
         return None
     for other, runs in grouped.items():
-        mine = runs[0][0]
-        if mine["merge"] == "single" and all(
-            mine.get(field) == first.get(field) for field in SINGLE_MATCHES
+        theirs = runs[0][0]
+        if all(theirs.get(field) == value for field, value in sets.items()) and all(
+            theirs.get(field) == first.get(field) for field in shares
         ):
             return other
     return None
 
 
 def _gaps(grouped, epochs) -> list[str]:
+    """One table per comparison that has pairs: each setting's validation accuracy minus its
+    reference's at the same epoch, with the verdict."""
     lines = [
-        "## Gap to one worker (val_accuracy − one worker's, at the same epoch)",
+        "## Gaps (val_accuracy − the reference's, at the same epoch)",
         "",
         "A gap is *real* only when it exceeds twice the standard error of the difference of the "
         "means; otherwise it is within noise.",
         "",
-        "| setting | " + " | ".join(f"epoch {e:g}" for e in epochs) + " |",
-        "|---|" + "---|" * len(epochs),
     ]
-    for name, histories in grouped.items():
-        single = _single_of(name, histories, grouped)
-        if single is None:
-            continue
-        cells = []
-        for e in epochs:
-            mine, base = (
-                _values(histories, e, "val_accuracy"),
-                _values(grouped[single], e, "val_accuracy"),
-            )
-            if not mine or not base:
-                cells.append("")
-                continue
-            diff, se, verdict = difference(mine, base)
-            cells.append(
-                f"{diff:+.4f}" + ("" if se is None else f" ± {2 * se:.4f}") + f" ({verdict})"
-            )
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return [*lines, ""]
+    for title, sets, shares in COMPARISONS:
+        rows = []
+        for name, histories in grouped.items():
+            reference = _reference_of(histories, grouped, sets, shares)
+            if reference is not None:
+                cells = [_gap(histories, grouped[reference], e) for e in epochs]
+                rows.append(f"| {name} | " + " | ".join(cells) + " |")
+        if rows:
+            header = "| setting | " + " | ".join(f"epoch {e:g}" for e in epochs) + " |"
+            lines += [f"### Gap to {title}", "", header, "|---|" + "---|" * len(epochs)]
+            lines += [*rows, ""]
+    return lines
+
+
+def _gap(histories, reference, epoch: float) -> str:
+    mine = _values(histories, epoch, "val_accuracy")
+    base = _values(reference, epoch, "val_accuracy")
+    if not mine or not base:
+        return ""
+    diff, se, verdict = difference(mine, base)
+    return f"{diff:+.4f}" + ("" if se is None else f" ± {2 * se:.4f}") + f" ({verdict})"
 
 
 def _targets(grouped, target: float, seconds: dict[str, float]) -> list[str]:

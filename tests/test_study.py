@@ -274,6 +274,24 @@ def test_report_gives_mean_sd_and_calls_a_difference_real_only_beyond_two_standa
     assert (diff, verdict) == (pytest.approx(1.0), "real") and se == pytest.approx(0.1414, 1e-3)
 
 
+def test_rules_are_compared_with_the_average_and_policies_with_the_local_state():
+    rows = (
+        _rows("d-average-k4-m1-os-local", "average", {0: [0.5, 0.8]}, optimizer_state="local")
+        + _rows("d-bmuf-k4-m1-os-local", "bmuf", {0: [0.6, 0.9]}, optimizer_state="local")
+        + _rows("d-average-k4-m1-os-average", "average", {0: [0.4, 0.6]}, optimizer_state="average")
+        + _rows("d-average-k8-m1-os-average", "average", {0: [0.3, 0.5]}, optimizer_state="average",
+                segments=8)
+    )  # fmt: skip
+    text = report.report(rows)
+    to_average = text.split("### Gap to the average at the same K")[1].split("###")[0]
+    assert "| d-bmuf-k4-m1-os-local | +0.1000 (one seed: no error bar) |" in to_average
+    assert "d-average-k4" not in to_average  # the references themselves have no row
+    to_local = text.split("### Gap to the local optimizer state")[1]
+    assert "| d-average-k4-m1-os-average | -0.1000 (one seed" in to_local
+    assert "d-average-k8" not in to_local  # no local run at K = 8 to compare with
+    assert "### Gap to one worker" not in text  # no one-worker run
+
+
 def test_time_to_target_is_each_seeds_epochs_times_the_settings_seconds_per_epoch():
     rows = _rows("d-single-k1-m1", "single", {0: [0.7, 0.8], 1: [0.8, 0.9]}) + _rows(
         "d-none-k4-m1", "none", {0: [0.5, 0.6]}
