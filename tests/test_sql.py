@@ -91,6 +91,23 @@ def test_evaluation_joins_the_weights_to_each_keys_first_buffer():
     )
 
 
+def test_a_stored_start_joins_the_checkpoint_where_the_transfer_was():
+    """Training from the checkpoint just stored, and validating it, read the ``weights`` part of
+    that checkpoint in place of a transfer; nothing else in the statement changes."""
+    gp = GreenplumBackend(OFFLINE, "gpcnn")
+    checkpoint = (
+        "gpcnn.checkpoints c ON c.run_id = :start_run AND c.iteration = :start_iteration "
+        "AND c.part = 'weights'"
+    )
+    transfer = "gpcnn.transfers c ON c.transfer_id = :transfer"
+    for sql, stored_sql in (
+        (gp.training_sql("img.t", "merge"), gp.training_sql("img.t", "merge", True)),
+        (gp.evaluation_sql("img.t", "merge"), gp.evaluation_sql("img.t", "merge", True)),
+    ):
+        assert transfer in sql and ":start_run" not in sql
+        assert stored_sql == sql.replace(transfer, checkpoint)
+
+
 def test_postgres_runs_one_statement_per_segment_session():
     pg = PostgresBackend(OFFLINE, "gpcnn")
     assert pg.dispatch == "sessions"
