@@ -29,13 +29,18 @@ out=docs/img/study
 
 fashion=(--dataset fashion-mnist --model bn-cnn --shuffle --iterations 15 "${schema[@]}")
 lr() { "${py[@]}" bench/study_lr.py "$out/sweep" "$1"; }
-# Part a's one-worker momentum runs (seeds 0, 1) copied into part $1, for its gaps to one worker:
-# the same specs, so the part reuses them instead of training them again.
-reuse_single() {
-  mkdir -p "$out/$1/runs"
-  cp -n "$out"/a/runs/fashion-mnist-single-k1-m1-shuffled-bn-cnn-momentum{,-s1}.json \
-    "$out/$1/runs/"
+# Part a's runs of settings that part $1 shares with it (seeds 0, 1), copied into it: the same
+# specs, so the part reuses them instead of training them again (a rerun is bit-identical:
+# docs/convergence.md, part b). $2...: the settings.
+reuse_from_a() {
+  local part=$1 setting
+  shift
+  mkdir -p "$out/$part/runs"
+  for setting in "$@"; do
+    cp -n "$out/a/runs/$setting.json" "$out/a/runs/$setting-s1.json" "$out/$part/runs/"
+  done
 }
+single=fashion-mnist-single-k1-m1-shuffled-bn-cnn-momentum  # one worker, for the gaps
 
 case $part in
 sweep)
@@ -59,8 +64,8 @@ a)
     --merge average,bmuf,none --seeds 0,1 --target 0.9 --out "$out/a"
   ;;
 b)
-  # One worker per optimizer, for the gaps; momentum's are part a's.
-  reuse_single b
+  # One worker per optimizer, for the gaps; momentum's, and its local policy, are part a's.
+  reuse_from_a b $single fashion-mnist-average-k4-m1-shuffled-bn-cnn-momentum-os-local
   for opt in momentum adam; do
     "${gpcnn[@]}" converge "${fashion[@]}" --optimizer $opt --learning-rate "$(lr $opt)" \
       --segments 4 --merge single,average --optimizer-state reset,local,average --seeds 0,1 \
@@ -68,7 +73,7 @@ b)
   done
   ;;
 c)
-  reuse_single c
+  reuse_from_a c $single
   "${gpcnn[@]}" converge "${fashion[@]}" --optimizer momentum --learning-rate "$(lr momentum)" \
     --optimizer-state local --segments 4 --merge average,bmuf,none --skew 1,0.1 --seeds 0,1 \
     --target 0.9 --out "$out/c"
@@ -79,7 +84,7 @@ d)
     --segments 4 --merge single,average,bmuf --seeds 0,1 --target 0.95 --out "$out/d"
   ;;
 e)
-  reuse_single e
+  reuse_from_a e $single
   momentum=(--optimizer momentum --learning-rate "$(lr momentum)")
   "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --merge sync \
     --target 0.9 --out "$out/e"
