@@ -286,6 +286,6 @@ def _targets(grouped, target: float, seconds: dict[str, float]) -> list[str]:
         if seconds:
             per_epoch = seconds.get(name)
             minutes = [] if per_epoch is None else [e * per_epoch / 60 for e in reached]
-            cells += ["–" if per_epoch is None else f"{per_epoch:.1f}", _cell(minutes, 1) or "–"]
+            cells += ["–" if per_epoch is None else f"{per_epoch:.1f}", _cell(minutes, 2) or "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]

@@ -300,7 +300,7 @@ def test_time_to_target_is_each_seeds_epochs_times_the_settings_seconds_per_epoc
     text = report.report(rows, target=0.8, seconds=seconds)
     assert "| setting | reached | epochs | s per epoch | minutes to target |" in text
     # seeds reach 0.8 after 2 and 1 epochs: 2 and 1 minutes at 60 s per epoch
-    assert "| d-single-k1-m1 | 2 of 2 | 1.5000 ± 0.7071 | 60.0 | 1.5 ± 0.7 |" in text
+    assert "| d-single-k1-m1 | 2 of 2 | 1.5000 ± 0.7071 | 60.0 | 1.50 ± 0.71 |" in text
     assert "| d-none-k4-m1 | 0 of 1 |  | 30.0 | – |" in text
     assert "minutes to target" not in report.report(rows, target=0.8)
 
