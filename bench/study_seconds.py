@@ -1,7 +1,7 @@
 """Seconds per epoch of every setting of the study's parts, from one interleaved run (issue 15).
 
     .venv/bin/python bench/study_seconds.py docs/img/study/a [PART ...] --rounds 3 \
-        --out bench/results/study-seconds.json
+        [--settings NAME,...] --out bench/results/study-seconds.json
 
 docs/convergence.md gives the time to a target accuracy as a setting's epochs to the target (from
 the part's committed runs) times its median seconds per epoch from here, so that the rules' times
@@ -30,14 +30,22 @@ from gpcnn import experiments, runs
 from gpcnn.experiments import RunSpec
 
 
-def part_settings(parts: list[Path]) -> list[RunSpec]:
-    """Each setting of the parts once (seed 0), in the parts' order of names."""
+def part_settings(parts: list[Path], only: list[str] | None = None) -> list[RunSpec]:
+    """Each setting of the parts once (seed 0), in the parts' order of names; with ``only``,
+    just those settings."""
     specs: dict[str, RunSpec] = {}
     for part in parts:
         for path in sorted((part / "runs").glob("*.json")):
             spec = RunSpec(**json.loads(path.read_text())["spec"])
             specs.setdefault(spec.setting, dataclasses.replace(spec, seed=0))
-    return list(specs.values())
+    if only is None:
+        return list(specs.values())
+    unknown = sorted(set(only) - set(specs))
+    if unknown:
+        raise SystemExit(
+            f"--settings: no runs of {', '.join(unknown)} in {', '.join(map(str, parts))}"
+        )
+    return [spec for name, spec in specs.items() if name in only]
 
 
 def epoch_seconds(db, spec: RunSpec, epochs: int, cache: dict) -> float:
@@ -55,6 +63,7 @@ def main() -> None:
     parser.add_argument("parts", nargs="+", type=Path, help="study part folders")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2, help="per fit; the last one is timed")
+    parser.add_argument("--settings", help="comma-separated setting names (default: all)")
     parser.add_argument("--schema", default="gpcnn")
     parser.add_argument("--out", type=Path, default=Path("bench/study-seconds.json"))
     args = parser.parse_args()
@@ -62,7 +71,7 @@ def main() -> None:
         parser.error("--epochs: at least 2 (the first includes the model's first trace)")
     db = gpcnn.connect(schema=args.schema)
     gpcnn.install(db)
-    specs = part_settings(args.parts)
+    specs = part_settings(args.parts, args.settings.split(",") if args.settings else None)
     seconds: dict[str, list[float]] = {s.setting: [] for s in specs}
     cache: dict = {}
     for round_ in range(1, args.rounds + 1):
