@@ -6,21 +6,24 @@
 
 Model: 8x8x1 input, Dense(H, relu), Dense(10): 75 H + 10 weights (float32). Table: one buffer of
 16 images per segment, batch 16: each segment trains ONE batch per iteration, so the iteration is
-almost all fixed cost. Each fit runs two iterations and the second, steady one is measured (the
-first sends the given model; later ones of ``average`` start from the checkpoint just stored).
+almost all fixed cost. Each fit runs three iterations and the third, steady one is measured (the
+first sends the given model; later ones of ``average`` start from the checkpoint just stored; the
+retention rule's delete of the first checkpoint, run in the background after the second, overlaps
+the third, which waits for it before its own: the third pays whatever the overlap did not hide).
 Fixed cost = that iteration's time (``seconds`` of its history row: send, train, merge, decode;
 plus storing the iteration, which follows it) minus the same batches trained in-process (K
 batches with one TF thread, divided by min(K, CPUs): the segments run concurrently). Repetitions
 are interleaved: round r runs every configuration once (the 100M and 250M ones too, last in each
 round), each fit in fresh segment processes, so its first iteration loads TF and builds the model
-and the second one is steady.
+and the later ones are steady.
 
 Parts, per iteration (medians): ``send`` (COPY of the start into ``transfers`` and its delete),
 ``query`` (the training statements: chunks joined, weights set, batches trained, the trained
 vector read and sent back in chunks; in "statement" dispatch the merge too), ``merge`` (the
 client's chunk merge of the K results, "sessions" dispatch: done as they arrive, so mostly inside
 ``query``; this is the rest, after the streams ended), ``decode`` (result rows to vectors),
-``store`` (the checkpoint COPY), ``row`` (the iteration row, the retention rule, the commit).
+``store`` (the checkpoint COPY), ``row`` (the iteration row and its commit, then waiting for the
+previous iteration's retention delete, where the overlap did not hide it).
 In-process, in this process, on the same model: ``set`` (weights into the model), ``get`` (the
 trained vector out of it), ``chunks`` (cutting it into chunk bytes, as ``state_chunks`` does).
 MB/s = model bytes (float32) / fixed cost, 1 MB = 10^6 bytes.
@@ -93,7 +96,7 @@ for owner, name, part in (
     (base, "_per_key_rows", "decode"),
     (base, "_merged_rows", "decode"),
     (catalog, "store_checkpoint", "store"),
-    (Training, "_store", "row"),  # the row, the retention rule, the commit
+    (Training, "_store", "row"),  # the row, the commit, the wait for the last retention delete
 ):
     _timed(owner, name, part)
 
@@ -134,10 +137,10 @@ def table_for(db, segments: int) -> str:
 
 
 class SteadyIteration(keras.callbacks.Callback):
-    """Forget the parts timed so far when the first iteration ends (it is stored by then)."""
+    """Forget the parts timed so far when the second iteration ends (it is stored by then)."""
 
     def on_epoch_end(self, epoch, logs=None):
-        if epoch == 0:
+        if epoch == 1:
             TIMED.clear()
 
 
@@ -193,7 +196,7 @@ def measure(sizes, segments, big, repeats, connection: dict) -> list[dict]:
     for round_ in range(1, repeats + 1):
         for million, k in configs:
             model = dense_model(million)
-            est = estimator(db, model, iterations=2)
+            est = estimator(db, model, iterations=3)
             TIMED.clear()
             with est:
                 est.fit(tables[k], callbacks=[SteadyIteration()])

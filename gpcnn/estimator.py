@@ -374,6 +374,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
                     if self.model_.stop_training:
                         status = "stopped_early"
                         break
+                training.wait()
             except TrainingError as e:
                 _record_failure(db, run_id, e)
                 raise e.continued(_resume_hint(run_id, self.history_)) from None
@@ -381,6 +382,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
                 _record_failure(db, run_id, e)
                 raise
             finally:
+                training.close()
                 if bar is not None:
                     bar.close()
         runs.set_status(db, run_id, status)

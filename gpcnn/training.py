@@ -5,8 +5,9 @@ sent through ``transfers`` (or read from the checkpoint just stored, when that i
 joined by key in the query; the ``train`` aggregate runs on every
 segment over this iteration's slice of its buffers; the result is either the image-weighted
 average (merged chunk by chunk) or each segment's model; the rule makes the next model, stored
-as a chunked checkpoint that the validation then reads; the row, the retention rule and what a
-resume needs follow in one transaction.
+as a chunked checkpoint that the validation then reads; the row and what a resume needs follow
+in one transaction, and the retention rule's delete of older checkpoints runs in the background
+while the next iteration trains.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,6 +148,9 @@ class Training:
         self.segment_optimizers: dict[int, np.ndarray | None] = {k: None for k in info.keys}
         # The checkpoint just stored, when it is exactly the next start (see ``_store``).
         self.stored_start: StoredStart | None = None
+        # The retention rule's delete, one at a time, overlapping the next iteration.
+        self._pruner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpcnn-retention")
+        self._pruning: Future | None = None
 
     # -- start / resume ---------------------------------------------------------------------
 
@@ -323,19 +328,45 @@ class Training:
         return StoredStart(self.run_id, iteration, self.weight_count)
 
     def _store(self, row: dict) -> None:
-        """The iteration's row, the retention rule on older checkpoints and each segment's next
-        start, in one transaction."""
+        """The iteration's row and each segment's next start, in one transaction; then the
+        retention rule's delete of older checkpoints, in the background. Deleting a 100 MB
+        checkpoint's TOAST rows takes a fifth of a second or more, which the next iteration's
+        query hides; the row is committed first, so a resume never lacks the checkpoint it
+        needs, and a delete that never ran leaves only checkpoints that the next one removes."""
+        self.wait()  # the previous iteration's: its error stops the fit before this row is stored
         self.rows.append(row)
         with self.db.begin() as conn:
             catalog.insert_iteration(conn, self.backend, self.run_id, row)
-            catalog.prune_checkpoints(
-                conn, self.backend, self.run_id, self.retention.keep(self.rows)
-            )
             if self.per_segment:
                 catalog.replace_segment_models(
                     conn, self.backend, self.run_id, row["iteration"], self._segment_starts()
                 )
         self.stored_start = self._next_start_if_stored(row["iteration"])
+        keep = self.retention.keep(self.rows)
+        self._pruning = self._pruner.submit(self._prune, keep, row["iteration"])
+
+    def _prune(self, keep: set[int], up_to: int) -> None:
+        with self.db.begin() as conn:
+            database_call(
+                "the retention rule",
+                catalog.prune_checkpoints,
+                conn,
+                self.backend,
+                self.run_id,
+                sorted(keep),
+                up_to,
+            )
+
+    def wait(self) -> None:
+        """Wait for the retention rule's delete still running; its error, if any, is raised here."""
+        pending, self._pruning = self._pruning, None
+        if pending is not None:
+            pending.result()
+
+    def close(self) -> None:
+        """Let a delete still running finish, whatever ended the fit (its error is not raised:
+        another one is on its way, or ``wait`` has raised it already)."""
+        self._pruner.shutdown(wait=True)
 
     def _next_start_if_stored(self, iteration: int) -> StoredStart | None:
         """The checkpoint of ``iteration`` as the next start, when every segment starts from

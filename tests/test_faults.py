@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from tiny import dense_net
 
-from gpcnn import runs, segment
+from gpcnn import runs, segment, training
 from gpcnn.errors import failure
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.tables import describe, load_images
@@ -153,3 +153,46 @@ def test_greenplum_errors_name_the_segment_and_its_host():
         "training failed in the database on segment 7 / Greenplum segment 2 on 10.1.2.3:6002, "
         "pid 4242: ValueError: bad buffer"
     )
+
+
+def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(engine, table):
+    """The retention rule's delete runs in the background while the next iteration trains: the
+    server refusing it (a trigger here) fails the fit with the server's message before another
+    iteration is stored, and the run resumes once the delete is allowed again."""
+    checkpoints = f"{engine.backend.qschema}.checkpoints"
+    refuse = f"{engine.backend.qschema}.refuse_checkpoint_delete"
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"CREATE FUNCTION {refuse}() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN RAISE EXCEPTION 'the test refuses checkpoint deletes'; END$$"
+        )
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER refuse_checkpoint_delete BEFORE DELETE ON {checkpoints} "
+            f"FOR EACH ROW EXECUTE FUNCTION {refuse}()"
+        )
+    model = dense_net()
+    est = estimator(engine, model, iterations=3, batch_size=100)
+    try:
+        # Iteration 1's checkpoint is the first to go, after iteration 2; iteration 3 waits.
+        with pytest.raises(TrainingError) as raised:
+            est.fit(TABLE)
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TRIGGER refuse_checkpoint_delete ON {checkpoints}")
+            conn.exec_driver_sql(f"DROP FUNCTION {refuse}()")
+    message = str(raised.value)
+    assert "the retention rule failed in the database: the test refuses checkpoint deletes" in (
+        message
+    )
+    assert [r["iteration"] for r in _stored_iterations(engine, est.run_id_)] == [1, 2]
+    assert [r["iteration"] for r in est.history_] == [1, 2]
+    assert f"run {est.run_id_} keeps iteration 2: fit(table, resume=" in message
+    assert runs.load_run(engine, est.run_id_).status == "failed"
+
+    resumed = estimator(engine, model, iterations=3, batch_size=100).fit(TABLE, resume=est.run_id_)
+    assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
+    shown = runs.show_run(engine, est.run_id_)
+    assert shown["stored"]["weights"]["iterations"] == sorted(
+        training.DEFAULT_RETENTION.keep(resumed.history_)
+    )
+    runs.delete_runs(engine, [est.run_id_])

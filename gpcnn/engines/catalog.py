@@ -504,13 +504,17 @@ def replace_segment_models(
 
 
 def prune_checkpoints(
-    conn: sa.Connection, backend: Backend, run_id: int, keep: Sequence[int]
+    conn: sa.Connection, backend: Backend, run_id: int, keep: Sequence[int], up_to: int
 ) -> int:
-    """Delete the run's checkpoints of every iteration not in ``keep``; the rows deleted."""
+    """Delete the run's checkpoints of every iteration up to ``up_to`` not in ``keep``; the rows
+    deleted. Later ones are left alone: the next iteration may be storing its own meanwhile."""
     c = tables(backend.schema).checkpoints
     return conn.execute(
         c.delete().where(
-            c.c.run_id == run_id, c.c.part.in_(RUN_PARTS), c.c.iteration.not_in(list(keep))
+            c.c.run_id == run_id,
+            c.c.part.in_(RUN_PARTS),
+            c.c.iteration <= up_to,
+            c.c.iteration.not_in(list(keep)),
         )
     ).rowcount
 
