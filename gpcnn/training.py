@@ -343,19 +343,13 @@ class Training:
                 )
         self.stored_start = self._next_start_if_stored(row["iteration"])
         keep = self.retention.keep(self.rows)
-        self._pruning = self._pruner.submit(self._prune, keep, row["iteration"])
+        self._pruning = self._pruner.submit(
+            database_call, "the retention rule", self._prune, sorted(keep), row["iteration"]
+        )
 
-    def _prune(self, keep: set[int], up_to: int) -> None:
+    def _prune(self, keep: list[int], up_to: int) -> None:
         with self.db.begin() as conn:
-            database_call(
-                "the retention rule",
-                catalog.prune_checkpoints,
-                conn,
-                self.backend,
-                self.run_id,
-                sorted(keep),
-                up_to,
-            )
+            catalog.prune_checkpoints(conn, self.backend, self.run_id, keep, up_to)
 
     def wait(self) -> None:
         """Wait for the retention rule's delete still running; its error, if any, is raised here."""
