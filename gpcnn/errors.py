@@ -71,6 +71,9 @@ def failure(
     message = (getattr(diag, "message_primary", None) or text.split("\n")[0] or repr(error)).strip()
     details = "\n".join(filter(None, [getattr(diag, "message_detail", None), text]))
     context = "\n".join(filter(None, [getattr(diag, "context", None), details]))
+    # Greenplum's suffix first: it follows the in-database code's "(raised at ...)" on its line.
+    greenplum = GREENPLUM_SEGMENT.search(f"{message}\n{details}")
+    message = GREENPLUM_SEGMENT.sub("", message).strip()
     named = NAMED_SEGMENT.match(message)
     origin = ""
     if named:
@@ -79,8 +82,7 @@ def failure(
         if raised_at:
             origin = f" (raised at {raised_at.group(1)})"
             message = RAISED_AT.sub("", message)
-    where = _place(keys, GREENPLUM_SEGMENT.search(f"{message}\n{details}"))
-    message = GREENPLUM_SEGMENT.sub("", message).strip()
+    where = _place(keys, greenplum)
     if lost or getattr(error, "pgcode", None) in ENDED or LOST_CONNECTION in text:
         process = f" (pid {pid})" if pid else ""
         why = (

@@ -5,8 +5,10 @@ resumes. Runs in both dispatch modes (see conftest)."""
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -63,7 +65,12 @@ def test_an_error_raised_inside_the_database_names_the_segment_and_the_exception
     (key,) = error.segments
     assert key in table.keys
     message = str(error)
-    assert f"training failed in the database on segment {key}: " in message
+    # On Greenplum the place also names the Greenplum segment, host, port and process.
+    assert re.search(
+        rf"training failed in the database on segment {key}"
+        r"( / Greenplum segment \d+ on \S+:\d+, pid \d+)?: ",
+        message,
+    )
     assert "TypeError" in message and "Could not locate class 'Doubler'" in message
     assert "raised at gpcnn/segment.py" in message
     assert f"run {est.run_id_} stored no iteration" in message
@@ -152,6 +159,19 @@ def test_greenplum_errors_name_the_segment_and_its_host():
     assert message == (
         "training failed in the database on segment 7 / Greenplum segment 2 on 10.1.2.3:6002, "
         "pid 4242: ValueError: bad buffer"
+    )
+    # As a live cluster words it: the suffix follows the in-database code's origin line.
+    error = GreenplumError()
+    error.diag = SimpleNamespace(
+        message_primary="SegmentError: segment 2: TypeError: unknown layer\n(raised at "
+        "gpcnn/segment.py, line 140, in build_model)  (seg0 slice2 127.0.0.1:7002 pid=30908)",
+        message_detail=None,
+        context=None,
+    )
+    assert str(failure("training", error)) == (
+        "training failed in the database on segment 2 / Greenplum segment 0 on 127.0.0.1:7002, "
+        "pid 30908: TypeError: unknown layer (raised at gpcnn/segment.py, line 140, in "
+        "build_model)"
     )
 
 
