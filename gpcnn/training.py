@@ -330,9 +330,10 @@ class Training:
     def _store(self, row: dict) -> None:
         """The iteration's row and each segment's next start, in one transaction; then the
         retention rule's delete of older checkpoints, in the background. Deleting a 100 MB
-        checkpoint's TOAST rows takes a fifth of a second or more, which the next iteration's
-        query hides; the row is committed first, so a resume never lacks the checkpoint it
-        needs, and a delete that never ran leaves only checkpoints that the next one removes."""
+        checkpoint's TOAST rows took 0.13-0.34 s in line (bench/results/retention-overlap-ab.txt),
+        which the next iteration's query hides; the row is committed first, so a resume never
+        lacks the checkpoint it needs, and a delete that never ran leaves only checkpoints that the
+        next one removes."""
         self.wait()  # the previous iteration's: its error stops the fit before this row is stored
         self.rows.append(row)
         with self.db.begin() as conn:
