@@ -156,20 +156,25 @@ def server_site_packages() -> Path:
     return Path(sysconfig.get_paths()["purelib"]).resolve()
 
 
-def _check_readable_by_server(c: Cluster, path: Path) -> None:
-    """A 0700 directory on the way (root's home) makes TF fail inside the server, confusingly."""
+def _check_readable_by_server(c: Cluster, path: Path, what: str, remedy: str) -> None:
+    """A 0700 directory on the way (root's home, a ``mktemp -d`` folder) makes initdb or TF fail
+    inside the server, confusingly: name it first."""
     if os.geteuid() != 0:
         return
     probe = subprocess.run(_as_server_user(c, ["test", "-r", str(path), "-a", "-x", str(path)]))
     if probe.returncode != 0:
+        uid = pwd.getpwnam(c.user).pw_uid
         blocked = next(
-            (p for p in [path, *path.parents] if p.exists() and not os.stat(p).st_mode & 0o005),
+            (
+                p
+                for p in [path, *path.parents]
+                if p.exists() and os.stat(p).st_uid != uid and not os.stat(p).st_mode & 0o005
+            ),
             path,
         )
         raise EmbeddedError(
-            f"the server's OS user '{c.user}' cannot read the Python environment {path} "
-            f"({blocked} is not readable by others). Run `make setup`, which places the "
-            "environment under /opt/gpcnn where the server can read it, or chmod o+rx the path."
+            f"the server's OS user '{c.user}' cannot read {what} {path} "
+            f"({blocked} is not readable by others). {remedy}"
         )
 
 
@@ -225,6 +230,13 @@ def init(c: Cluster | None = None) -> Cluster:
         d.mkdir(parents=True, exist_ok=True)
         _chown(c, d)
     c.home.chmod(0o700)
+    _check_readable_by_server(
+        c,
+        c.home,
+        "the cluster's folder",
+        "Set GPCNN_HOME to a folder outside it (the default, /var/lib/gpcnn, is), or chmod o+rx "
+        "the path.",
+    )
     password = secrets.token_hex(16)
     pwfile = c.home / "initdb.pw"
     pwfile.write_text(password + "\n")
@@ -287,7 +299,13 @@ def start(c: Cluster | None = None, timeout: int = 60) -> Cluster:
     """Start the cluster (initialising it first if needed); no-op when it runs."""
     c = init(c)
     site_packages = server_site_packages()
-    _check_readable_by_server(c, site_packages)
+    _check_readable_by_server(
+        c,
+        site_packages,
+        "the Python environment",
+        "Run `make setup`, which places the environment under /opt/gpcnn where the server can "
+        "read it, or chmod o+rx the path.",
+    )
     cfg = c.config()
     if is_running(c):
         serving = cfg.get("site_packages")

@@ -92,6 +92,18 @@ def test_port_in_use_moves_to_a_free_port(cluster):
         assert _select_one(cluster) == 1
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root only: the server runs as another user")
+def test_a_home_the_server_user_cannot_reach_is_a_clear_error_before_initdb(tmp_path):
+    """pytest's tmp_path lies under a 0700 folder of root's, as a ``mktemp -d`` folder does."""
+    c = embedded.Cluster(home=tmp_path / "cluster", user=embedded.cluster().user)
+    with pytest.raises(embedded.EmbeddedError) as raised:
+        embedded.init(c)
+    message = str(raised.value)
+    assert f"'{c.user}' cannot read the cluster's folder {c.home}" in message
+    assert f"({tmp_path} is not readable by others). Set GPCNN_HOME" in message
+    assert not c.data_dir.exists()
+
+
 def test_data_dir_of_another_version_is_a_clear_error(tmp_path):
     c = embedded.Cluster(home=tmp_path, user=embedded.cluster().user)
     c.data_dir.mkdir(parents=True)
