@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import overhead  # its settings first: TF threads, the tables
 
 import gpcnn
-from gpcnn import runs
 from gpcnn.engines import base
+from gpcnn.fit import runs
 
 STREAMING = base.StreamingMerge
 

@@ -29,7 +29,7 @@ import numpy as np
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn import datasets, tables
+from gpcnn.data import datasets, tables
 
 SCHEMA = "gpcnn_bench"
 TARGET_MBS = 100.0

@@ -57,13 +57,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import gpcnn
-from gpcnn import runs, segment
-from gpcnn import weights as wire
+from gpcnn.data.tables import load_images
 from gpcnn.engines import base, catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.tables import load_images
-from gpcnn.training import Training
+from gpcnn.fit import runs
+from gpcnn.fit.training import Training
+from gpcnn.kernel import segment, wire
 
 SCHEMA = "gpcnn_bench_overhead"
 IMAGES_PER_SEGMENT = 16

@@ -23,7 +23,7 @@ import numpy as np
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn import datasets
+from gpcnn.data import datasets
 from gpcnn.engines.catalog import relation_exists
 from gpcnn.engines.packing import SourceQueries
 

@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 part=${1:?usage: bench/study.sh sweep|a|b|c|d|e}
 py=(nice -n "${STUDY_NICE:-0}" .venv/bin/python)
-gpcnn=("${py[@]}" -m gpcnn.cli)
+gpcnn=("${py[@]}" -m gpcnn.tools.cli)
 schema=(--schema gpcnn_study)  # a schema of its own: nothing else upgrades its functions
 out=docs/img/study
 "${gpcnn[@]}" db start >/dev/null

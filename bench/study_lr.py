@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gpcnn.report import read_csv
+from gpcnn.study.report import read_csv
 
 LAST_EPOCHS = 2
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/study_report.py docs/img/study/a --target 0.9
 
-Prints the part's report (``gpcnn.report``): validation accuracy and loss per setting as mean ± sd
+Prints the part's report (``gpcnn.study.report``): validation accuracy and loss per setting as mean ± sd
 over seeds at epochs 1, 5, 10, 15, each setting's gap to one worker with its verdict (real only
 beyond twice the standard error of the difference of the means), epochs to the target, and the
 segments of label-skewed settings; with ``--seconds`` (``bench/study_seconds.py``'s medians) the
@@ -16,8 +16,8 @@ import argparse
 import json
 from pathlib import Path
 
-from gpcnn import report
-from gpcnn.experiments import RULES
+from gpcnn.study import report
+from gpcnn.study.experiments import RULES
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
     seconds = json.loads(args.seconds.read_text())["median"] if args.seconds else None
     print(report.report(rows, args.target, report.collect_segments(args.part), seconds))
     if args.figures:
-        from gpcnn import plots
+        from gpcnn.study import plots
 
         plots.write_figures(rows, args.part, RULES)
 

@@ -26,8 +26,9 @@ import tempfile
 from pathlib import Path
 
 import gpcnn
-from gpcnn import experiments, runs
-from gpcnn.experiments import RunSpec
+from gpcnn.fit import runs
+from gpcnn.study import experiments
+from gpcnn.study.specs import RunSpec
 
 
 def part_settings(parts: list[Path], only: list[str] | None = None) -> list[RunSpec]:

@@ -15,8 +15,8 @@ import argparse
 import statistics
 from pathlib import Path
 
-from gpcnn.experiments import RULES
-from gpcnn.report import read_csv
+from gpcnn.study.experiments import RULES
+from gpcnn.study.report import read_csv
 
 EPOCHS = (1, 5, 10, 20)
 

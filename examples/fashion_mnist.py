@@ -17,10 +17,10 @@ import argparse
 import csv
 
 import gpcnn
-from gpcnn.datasets import load_fashion_mnist
+from gpcnn.data.datasets import load_fashion_mnist
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.models import small_cnn
-from gpcnn.segment import keras_module
+from gpcnn.kernel.segment import keras_module
+from gpcnn.study.models import small_cnn
 
 TRAIN_TABLE = "fashion_mnist_train"
 TEST_TABLE = "fashion_mnist_test"

@@ -1,15 +1,22 @@
 """gpcnn: train one Keras CNN data-parallel across the segments of a Greenplum-family database."""
 
-__version__ = "0.2.0"
-
-from .engines import Database, connect, release_sessions
-from .environment import check_environment
-from .estimator import GreenplumCNN, TrainingError
-from .install import install, uninstall
-from .packing import pack_table
-from .runs import delete_runs, list_runs, show_run
-from .tables import ImageTable, TableError, drop_table, list_tables, load_images, read_images
-from .tables import describe as describe_table
+from gpcnn.data.packing import pack_table
+from gpcnn.data.tables import (
+    ImageTable,
+    TableError,
+    drop_table,
+    list_tables,
+    load_images,
+    read_images,
+)
+from gpcnn.data.tables import describe as describe_table
+from gpcnn.engines import Database, connect, release_sessions
+from gpcnn.engines.install import install, uninstall
+from gpcnn.estimator import GreenplumCNN, TrainingError
+from gpcnn.fit.runs import delete_runs, list_runs, show_run
+from gpcnn.tools import embedded as _embedded  # noqa: F401  (connect()'s default server)
+from gpcnn.tools.environment import check_environment
+from gpcnn.version import __version__
 
 __all__ = [
     "Database",

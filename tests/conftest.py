@@ -17,7 +17,7 @@ os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
 import pytest
 
-from gpcnn import segment
+from gpcnn.kernel import segment
 
 TEST_THREADS = 1
 segment.keras_module(threads=TEST_THREADS)

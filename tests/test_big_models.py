@@ -17,13 +17,14 @@ from conftest import TEST_SCHEMA, test_url
 from test_training import estimator, reference, shards
 
 import gpcnn
-from gpcnn import embedded, runs, segment
-from gpcnn import weights as wire
+from gpcnn.data.tables import load_images
 from gpcnn.engines import catalog
 from gpcnn.engines.base import MERGE_LEAD_CHUNKS, StreamingMerge
 from gpcnn.engines.copy import BinaryRows, chunk_rows
-from gpcnn.tables import load_images
-from gpcnn.training import Retention
+from gpcnn.fit import runs
+from gpcnn.fit.training import Retention
+from gpcnn.kernel import segment, wire
+from gpcnn.tools import embedded
 
 keras = segment.keras_module()
 

@@ -17,9 +17,9 @@ import sqlalchemy as sa
 from tiny import dense_net
 
 import gpcnn
-from gpcnn import runs
-from gpcnn import weights as wire
-from gpcnn.tables import STAGING_SUFFIX, TableError, describe, load_images, read_images
+from gpcnn.data.tables import STAGING_SUFFIX, TableError, describe, load_images, read_images
+from gpcnn.fit import runs
+from gpcnn.kernel import wire
 
 DATA = "gpcnn_concurrency_test"
 CHILD = [sys.executable, str(Path(__file__).parent / "children" / "fit.py")]

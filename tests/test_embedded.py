@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from gpcnn import embedded
+from gpcnn.tools import embedded
 
 pytestmark = pytest.mark.skipif(
     not Path(f"/usr/lib/postgresql/{embedded.PG_MAJOR}/bin/pg_ctl").exists(),

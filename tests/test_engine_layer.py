@@ -11,11 +11,19 @@ import pytest
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn import cli, runs, segment
+from gpcnn.data.tables import TableError, describe, list_tables, load_images
 from gpcnn.engines import catalog
+from gpcnn.engines.install import (
+    InstallError,
+    ensure_installed,
+    install,
+    installed_version,
+    uninstall,
+)
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.install import InstallError, ensure_installed, install, installed_version, uninstall
-from gpcnn.tables import TableError, describe, list_tables, load_images
+from gpcnn.fit import runs
+from gpcnn.kernel import segment
+from gpcnn.tools import cli
 
 keras = segment.keras_module()
 DATA = "gpcnn_engine_layer_test"
@@ -143,7 +151,7 @@ def test_install_migrates_shape_1_in_place(old_schema):
             sa.text(f"SELECT run_id, status, result_key FROM {db.schema}.runs ORDER BY 1")
         ).all()
     assert [(r.run_id, r.status) for r in rows] == [(1, "running"), (2, "finished")]
-    assert rows[0].result_key == runs.result_key({"merge": "average", "iterations": 9})
+    assert rows[0].result_key == catalog.result_key({"merge": "average", "iterations": 9})
     assert ensure_installed(db)
     assert [r["run_id"] for r in gpcnn.list_runs(db)] == [1, 2]
 

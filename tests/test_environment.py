@@ -8,8 +8,8 @@ import sqlalchemy as sa
 import tensorflow as tf
 
 import gpcnn
-from gpcnn import embedded
-from gpcnn.environment import ServerPythonError
+from gpcnn.tools import embedded
+from gpcnn.tools.environment import ServerPythonError
 
 
 def test_connect_prefers_explicit_url_then_env_then_embedded(monkeypatch):
@@ -64,7 +64,7 @@ def test_missing_tensorflow_in_the_server_names_the_fix(tmp_path, monkeypatch):
 
 
 def test_another_installed_version_is_named_with_the_fix(engine):
-    from gpcnn.install import InstallError, ensure_installed, install
+    from gpcnn.engines.install import InstallError, ensure_installed, install
 
     schema = "gpcnn_version_test"
     db = gpcnn.connect(engine.url, schema=schema)

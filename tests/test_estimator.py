@@ -15,10 +15,12 @@ from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import GridSearchCV, cross_val_score
 from tiny import learnable_images, tiny_cnn
 
-from gpcnn import cli, runs, segment, staging
-from gpcnn import weights as wire
+from gpcnn.data import staging
+from gpcnn.data.tables import list_tables, load_images
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.tables import list_tables, load_images
+from gpcnn.fit import runs
+from gpcnn.kernel import segment, wire
+from gpcnn.tools import cli
 
 keras = segment.keras_module()
 DATA = "gpcnn_estimator_test"

@@ -15,10 +15,11 @@ import pytest
 import sqlalchemy as sa
 from tiny import dense_net
 
-from gpcnn import runs, segment, training
-from gpcnn.errors import failure
+from gpcnn.data.tables import describe, load_images
 from gpcnn.estimator import GreenplumCNN, TrainingError
-from gpcnn.tables import describe, load_images
+from gpcnn.fit import runs, training
+from gpcnn.fit.errors import failure
+from gpcnn.kernel import segment
 
 keras = segment.keras_module()
 
@@ -72,7 +73,7 @@ def test_an_error_raised_inside_the_database_names_the_segment_and_the_exception
         message,
     )
     assert "TypeError" in message and "Could not locate class 'Doubler'" in message
-    assert "raised at gpcnn/segment.py" in message
+    assert "raised at gpcnn/kernel/segment.py" in message
     assert f"run {est.run_id_} stored no iteration" in message
     assert runs.load_run(engine, est.run_id_).status == "failed"
 

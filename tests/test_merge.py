@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from gpcnn import merge, segment
-from gpcnn import weights as wire
+from gpcnn.fit import rules
+from gpcnn.kernel import averaging, segment, wire
 
 keras = segment.keras_module()
 
@@ -32,7 +32,7 @@ def f32(*values) -> np.ndarray:
 
 def avg(segments: dict[int, np.ndarray]) -> np.ndarray:
     """What the database hands the rule: the count-weighted average of the segment models."""
-    return merge.weighted_average([segments[k] for k in KEYS], [COUNTS[k] for k in KEYS])
+    return averaging.weighted_average([segments[k] for k in KEYS], [COUNTS[k] for k in KEYS])
 
 
 # -- the streamed weighted average ------------------------------------------------------------
@@ -40,25 +40,25 @@ def avg(segments: dict[int, np.ndarray]) -> np.ndarray:
 
 def test_weighted_average_by_hand():
     # (1 * [1, 2, 3] + 3 * [5, 6, 7]) / 4 = [16, 20, 24] / 4
-    got = merge.weighted_average([f32(1, 2, 3), f32(5, 6, 7)], [1, 3])
+    got = averaging.weighted_average([f32(1, 2, 3), f32(5, 6, 7)], [1, 3])
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, f32(4, 5, 6))
 
 
 def test_accumulate_and_finish_stream_the_same_average():
-    s_a = merge.accumulate(f32(1, 2, 3), 1)
-    s_b = merge.accumulate(f32(5, 6, 7), 3)
+    s_a = averaging.accumulate(f32(1, 2, 3), 1)
+    s_b = averaging.accumulate(f32(5, 6, 7), 3)
     assert s_a.dtype == np.float64
     np.testing.assert_array_equal(s_b, [15.0, 18.0, 21.0])
-    np.testing.assert_array_equal(merge.finish(s_a + s_b, 4), f32(4, 5, 6))
+    np.testing.assert_array_equal(averaging.finish(s_a + s_b, 4), f32(4, 5, 6))
     with pytest.raises(ValueError, match="no images"):
-        merge.finish(s_a, 0)
+        averaging.finish(s_a, 0)
 
 
 def test_counts_are_exact_beyond_float32():
     # 2**24 + 1 is not a float32; in float64 the weighted average stays exact.
     big = 2**24 + 1
-    got = merge.weighted_average([f32(0, 0, 0), f32(2, 2, 2)], [big, big])
+    got = averaging.weighted_average([f32(0, 0, 0), f32(2, 2, 2)], [big, big])
     np.testing.assert_array_equal(got, f32(1, 1, 1))
 
 
@@ -66,7 +66,7 @@ def test_counts_are_exact_beyond_float32():
 
 
 def test_average_rule_by_hand():
-    rule = merge.make_rule("average", ALL, 2)
+    rule = rules.make_rule("average", ALL, 2)
     rule.start(f32(0, 0, 0), KEYS)
     np.testing.assert_array_equal(rule.sent(KEYS), f32(0, 0, 0))
     segments = {0: f32(1, 2, 3), 1: f32(5, 6, 7)}
@@ -80,7 +80,7 @@ def test_average_rule_by_hand():
 
 
 def test_bmuf_classic_two_iterations_by_hand():
-    rule = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=2.0, nesterov=False)
+    rule = rules.make_rule("bmuf", ALL, 2, eta=0.5, zeta=2.0, nesterov=False)
     rule.start(f32(0, 0, 0), KEYS)
     # iteration 1: sent w0 = 0; average [4, 5, 6]; G = [4, 5, 6]; D = 0.5*0 + 2*G = [8, 10, 12];
     # w = 0 + D = [8, 10, 12]
@@ -98,7 +98,7 @@ def test_bmuf_classic_two_iterations_by_hand():
 
 
 def test_bmuf_nesterov_two_iterations_by_hand():
-    rule = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
+    rule = rules.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
     rule.start(f32(0, 0, 0), KEYS)
     # iteration 1: D0 = 0, so sent = w0 + 0.5*D0 = 0; average [4, 5, 6]; G = [4, 5, 6];
     # D = [4, 5, 6]; w = [4, 5, 6]
@@ -118,11 +118,11 @@ def test_bmuf_nesterov_two_iterations_by_hand():
 
 
 def test_bmuf_restore_continues_with_the_stored_momentum():
-    whole = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
+    whole = rules.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
     whole.start(f32(0, 0, 0), KEYS)
     whole.sent(KEYS)
     whole.update(f32(4, 5, 6), None, COUNTS)
-    resumed = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
+    resumed = rules.make_rule("bmuf", ALL, 2, eta=0.5, zeta=1.0, nesterov=True)
     resumed.restore(whole.model().copy(), whole.state().copy(), {})
     for rule in (whole, resumed):
         np.testing.assert_array_equal(rule.sent(KEYS), f32(6, 7.5, 9))
@@ -135,7 +135,7 @@ def test_bmuf_non_trainable_positions_take_the_plain_average():
     # Position 2 is a BatchNorm moving variance: start 1.0, the segments measured 0.5 and 0.25,
     # so the average is (1*0.5 + 3*0.25)/4 = 0.3125. With momentum on it, D = 2*(0.3125 - 1)
     # = -1.375 and the variance would become 1 - 1.375 = -0.375 (negative).
-    rule = merge.make_rule("bmuf", LAST_FROZEN, 2, eta=0.5, zeta=2.0, nesterov=False)
+    rule = rules.make_rule("bmuf", LAST_FROZEN, 2, eta=0.5, zeta=2.0, nesterov=False)
     rule.start(f32(0, 0, 1), KEYS)
     # trainable positions as in the classic example: [8, 10]
     rule.sent(KEYS)
@@ -147,7 +147,7 @@ def test_bmuf_non_trainable_positions_take_the_plain_average():
     np.testing.assert_array_equal(rule.model(), f32(16, 15, 0.75))
     np.testing.assert_array_equal(rule.state(), f32(8, 5, 0))
 
-    unmasked = merge.make_rule("bmuf", ALL, 2, eta=0.5, zeta=2.0, nesterov=False)
+    unmasked = rules.make_rule("bmuf", ALL, 2, eta=0.5, zeta=2.0, nesterov=False)
     unmasked.start(f32(0, 0, 1), KEYS)
     unmasked.sent(KEYS)
     unmasked.update(f32(4, 5, 0.3125), None, COUNTS)
@@ -155,7 +155,7 @@ def test_bmuf_non_trainable_positions_take_the_plain_average():
 
 
 def test_bmuf_nesterov_sends_no_lookahead_on_non_trainable_positions():
-    rule = merge.make_rule("bmuf", LAST_FROZEN, 2, eta=0.5, zeta=1.0, nesterov=True)
+    rule = rules.make_rule("bmuf", LAST_FROZEN, 2, eta=0.5, zeta=1.0, nesterov=True)
     rule.start(f32(0, 0, 1), KEYS)
     rule.sent(KEYS)
     rule.update(f32(4, 5, 0.5), None, COUNTS)
@@ -172,8 +172,8 @@ def test_bmuf_with_eta_0_and_zeta_1_is_average(nesterov):
     size = 1000
     mask = rng.random(size) < 0.8
     start = rng.normal(size=size).astype(np.float32)
-    bmuf = merge.make_rule("bmuf", mask, 3, eta=0.0, zeta=1.0, nesterov=nesterov)
-    average = merge.make_rule("average", mask, 3)
+    bmuf = rules.make_rule("bmuf", mask, 3, eta=0.0, zeta=1.0, nesterov=nesterov)
+    average = rules.make_rule("average", mask, 3)
     keys, counts = [0, 1, 2], [10, 20, 35]
     for rule in (bmuf, average):
         rule.start(start, keys)
@@ -182,7 +182,7 @@ def test_bmuf_with_eta_0_and_zeta_1_is_average(nesterov):
         np.testing.assert_allclose(sent_b, sent_a, rtol=1e-6, atol=1e-7)
         noise = [rng.normal(scale=0.1, size=size).astype(np.float32) for _ in keys]
         merged = {
-            name: merge.weighted_average([s + e for e in noise], counts)
+            name: averaging.weighted_average([s + e for e in noise], counts)
             for name, s in (("bmuf", sent_b), ("average", sent_a))
         }
         bmuf.update(merged["bmuf"], None, dict(zip(keys, counts, strict=True)))
@@ -196,7 +196,7 @@ def test_bmuf_with_eta_0_and_zeta_1_is_average(nesterov):
 
 
 def test_easgd_two_iterations_by_hand():
-    rule = merge.make_rule("easgd", ALL, 2, alpha=0.25)
+    rule = rules.make_rule("easgd", ALL, 2, alpha=0.25)
     assert rule.per_segment
     rule.start(f32(0, 0, 0), KEYS)
     sent = rule.sent(KEYS)
@@ -225,7 +225,7 @@ def test_easgd_two_iterations_by_hand():
 def test_easgd_non_trainable_positions_take_the_plain_average():
     # Position 2 non-trainable. Centre: the count-weighted average (1*0 + 3*8)/4 = 6 (elastic
     # would give 0.25 * (0 + 8) = 2); each local keeps what its segment measured (0 and 8).
-    rule = merge.make_rule("easgd", LAST_FROZEN, 2, alpha=0.25)
+    rule = rules.make_rule("easgd", LAST_FROZEN, 2, alpha=0.25)
     rule.start(f32(0, 0, 0), KEYS)
     segments = {0: f32(4, 8, 0), 1: f32(0, 4, 8)}
     rule.update(avg(segments), segments, COUNTS)
@@ -237,12 +237,12 @@ def test_easgd_non_trainable_positions_take_the_plain_average():
 def test_easgd_keeps_per_segment_models_distinct():
     rng = np.random.default_rng(1)
     keys = [0, 1, 2, 3]
-    rule = merge.make_rule("easgd", np.ones(50, bool), len(keys))
+    rule = rules.make_rule("easgd", np.ones(50, bool), len(keys))
     rule.start(rng.normal(size=50).astype(np.float32), keys)
     for _ in range(3):
         sent = rule.sent(keys)
         segments = {k: sent[k] + rng.normal(scale=0.1, size=50).astype(np.float32) for k in keys}
-        average = merge.weighted_average(list(segments.values()), [1] * len(keys))
+        average = averaging.weighted_average(list(segments.values()), [1] * len(keys))
         rule.update(average, segments, dict.fromkeys(keys, 1))
         sent = rule.sent(keys)
         for i in keys:
@@ -254,21 +254,21 @@ def test_easgd_keeps_per_segment_models_distinct():
 
 def test_easgd_refuses_k_alpha_of_one_or_more_before_it_starts():
     with pytest.raises(ValueError, match=r"K\*alpha = 2 \* 0.5 = 1$"):
-        merge.make_rule("easgd", ALL, 2, alpha=0.5)
+        rules.make_rule("easgd", ALL, 2, alpha=0.5)
     with pytest.raises(ValueError, match=r"K\*alpha = 4 \* 0.3 = 1.2$"):
-        merge.make_rule("easgd", ALL, 4, alpha=0.3)
-    merge.make_rule("easgd", ALL, 2, alpha=0.49).start(f32(0, 0, 0), KEYS)  # 0.98 < 1 is fine
+        rules.make_rule("easgd", ALL, 4, alpha=0.3)
+    rules.make_rule("easgd", ALL, 2, alpha=0.49).start(f32(0, 0, 0), KEYS)  # 0.98 < 1 is fine
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 def test_easgd_default_alpha_is_0_9_over_k(k):
-    rule = merge.make_rule("easgd", ALL, k)
+    rule = rules.make_rule("easgd", ALL, k)
     assert rule.alpha == pytest.approx(0.9 / k)
     rule.start(f32(0, 0, 0), list(range(k)))  # K * alpha = 0.9 < 1
 
 
 def test_easgd_restore_takes_the_centre_and_the_stored_locals():
-    rule = merge.make_rule("easgd", ALL, 2, alpha=0.25)
+    rule = rules.make_rule("easgd", ALL, 2, alpha=0.25)
     rule.restore(f32(1, 3, 2), None, {0: f32(3, 6, 0), 1: f32(0, 3, 6)})
     segments = {0: f32(5, 7, 2), 1: f32(1, 3, 10)}
     rule.update(avg(segments), segments, COUNTS)
@@ -280,7 +280,7 @@ def test_easgd_restore_takes_the_centre_and_the_stored_locals():
 
 
 def test_none_never_mixes_segments():
-    rule = merge.make_rule("none", LAST_FROZEN, 2)
+    rule = rules.make_rule("none", LAST_FROZEN, 2)
     assert rule.per_segment
     rule.start(f32(0, 0, 0), KEYS)
     # iteration 1: each local is exactly what its segment returned; the model is the one-shot
@@ -307,25 +307,25 @@ def test_none_never_mixes_segments():
 
 
 def test_make_rule_names_and_options():
-    assert isinstance(merge.make_rule("average", ALL, 2), merge.Average)
-    bmuf = merge.make_rule("bmuf", ALL, 2)
-    assert isinstance(bmuf, merge.BlockMomentum)
+    assert isinstance(rules.make_rule("average", ALL, 2), rules.Average)
+    bmuf = rules.make_rule("bmuf", ALL, 2)
+    assert isinstance(bmuf, rules.BlockMomentum)
     assert (bmuf.eta, bmuf.zeta, bmuf.nesterov) == (0.9, 1.0, True)
-    assert isinstance(merge.make_rule("easgd", ALL, 2), merge.ElasticAveraging)
-    assert isinstance(merge.make_rule("none", ALL, 2), merge.NoMerge)
-    assert merge.make_rule("easgd", ALL, 2, alpha=0.1).alpha == 0.1
+    assert isinstance(rules.make_rule("easgd", ALL, 2), rules.ElasticAveraging)
+    assert isinstance(rules.make_rule("none", ALL, 2), rules.NoMerge)
+    assert rules.make_rule("easgd", ALL, 2, alpha=0.1).alpha == 0.1
     with pytest.raises(ValueError, match="median"):
-        merge.make_rule("median", ALL, 2)
+        rules.make_rule("median", ALL, 2)
     with pytest.raises(ValueError, match="average, bmuf, easgd, none"):
-        merge.make_rule("Average", ALL, 2)
+        rules.make_rule("Average", ALL, 2)
     with pytest.raises(ValueError, match=r"momentum=0\.9 is not an option"):
-        merge.make_rule("bmuf", ALL, 2, momentum=0.9)
+        rules.make_rule("bmuf", ALL, 2, momentum=0.9)
     with pytest.raises(ValueError, match=r"eta=0\.9 is not an option"):
-        merge.make_rule("average", ALL, 2, eta=0.9)
+        rules.make_rule("average", ALL, 2, eta=0.9)
     with pytest.raises(ValueError, match=r"alpha=0\.1 is not an option"):
-        merge.make_rule("none", ALL, 2, alpha=0.1)
+        rules.make_rule("none", ALL, 2, alpha=0.1)
     with pytest.raises(ValueError, match=r"eta=0\.1 is not an option"):
-        merge.make_rule("easgd", ALL, 2, eta=0.1)
+        rules.make_rule("easgd", ALL, 2, eta=0.1)
 
 
 @pytest.mark.parametrize(
@@ -334,7 +334,7 @@ def test_make_rule_names_and_options():
 )
 def test_make_rule_refuses_internal_fields_as_options(name, option):
     with pytest.raises(ValueError, match=f"{option}=False is not an option"):
-        merge.make_rule(name, ALL, 2, **{option: False})
+        rules.make_rule(name, ALL, 2, **{option: False})
 
 
 @pytest.mark.parametrize(
@@ -343,9 +343,9 @@ def test_make_rule_refuses_internal_fields_as_options(name, option):
 )
 def test_make_rule_raises_what_check_options_raises(name, options):
     with pytest.raises(ValueError) as checked:
-        merge.check_options(name, options, 2)
+        rules.check_options(name, options, 2)
     with pytest.raises(ValueError) as made:
-        merge.make_rule(name, ALL, 2, **options)
+        rules.make_rule(name, ALL, 2, **options)
     assert str(made.value) == str(checked.value)
 
 
@@ -363,8 +363,8 @@ def test_make_rule_raises_what_check_options_raises(name, options):
     ],
 )
 def test_check_options_fills_in_the_defaults(name, segments, want):
-    assert merge.check_options(name, None, segments) == want
-    assert merge.check_options(name, {}, segments) == want
+    assert rules.check_options(name, None, segments) == want
+    assert rules.check_options(name, {}, segments) == want
 
 
 @pytest.mark.parametrize(
@@ -384,7 +384,7 @@ def test_check_options_fills_in_the_defaults(name, segments, want):
 )
 def test_check_options_passes_valid_options_through_as_python_numbers(name, options, want):
     given = dict(options)
-    got = merge.check_options(name, options, 3)
+    got = rules.check_options(name, options, 3)
     assert got == want
     assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
     assert options == given  # the caller's mapping is left alone
@@ -392,23 +392,23 @@ def test_check_options_passes_valid_options_through_as_python_numbers(name, opti
 
 def test_check_options_takes_its_option_names_from_the_rule_class(monkeypatch):
     @dataclass
-    class Warmed(merge.ElasticAveraging):
+    class Warmed(rules.ElasticAveraging):
         warmup: bool = False
         ramp: float = field(default=0.0, init=False)  # internal, not an option
 
-    monkeypatch.setitem(merge.RULES, "warmed", Warmed)
-    got = merge.check_options("warmed", {"warmup": True}, 2)
+    monkeypatch.setitem(rules.RULES, "warmed", Warmed)
+    got = rules.check_options("warmed", {"warmup": True}, 2)
     assert got == {"alpha": 0.45, "warmup": True}
     with pytest.raises(ValueError, match=r"warmed takes alpha, warmup$"):
-        merge.check_options("warmed", {"ramp": 1.0}, 2)
+        rules.check_options("warmed", {"ramp": 1.0}, 2)
     with pytest.raises(ValueError, match="warmup=1 is not a bool"):
-        merge.check_options("warmed", {"warmup": 1}, 2)
+        rules.check_options("warmed", {"warmup": 1}, 2)
 
 
 @pytest.mark.parametrize("name", ["median", "Average", "", "bmuf "])
 def test_check_options_refuses_an_unknown_rule(name):
     with pytest.raises(ValueError) as e:
-        merge.check_options(name, None, 2)
+        rules.check_options(name, None, 2)
     assert str(e.value) == f'merge="{name}": choose one of average, bmuf, easgd, none'
 
 
@@ -434,7 +434,7 @@ def test_check_options_refuses_an_unknown_rule(name):
 )
 def test_check_options_refuses_an_unknown_option_and_lists_the_valid_ones(name, options, message):
     with pytest.raises(ValueError) as e:
-        merge.check_options(name, options, 2)
+        rules.check_options(name, options, 2)
     assert str(e.value) == f'merge="{name}": {message}'
 
 
@@ -455,7 +455,7 @@ ZETA = "zeta must be > 0 (zeta <= 0 never steps toward the average)"
 )
 def test_check_options_refuses_bmuf_values_out_of_range(options, message):
     with pytest.raises(ValueError) as e:
-        merge.check_options("bmuf", options, 2)
+        rules.check_options("bmuf", options, 2)
     assert str(e.value) == f'merge="bmuf": {message}'
 
 
@@ -467,7 +467,7 @@ def test_check_options_refuses_bmuf_values_out_of_range(options, message):
 )
 def test_check_options_refuses_what_is_not_a_finite_real_number(name, option, value):
     with pytest.raises(ValueError, match=f"is not a finite real number: {option} must be"):
-        merge.check_options(name, {option: value}, 2)
+        rules.check_options(name, {option: value}, 2)
 
 
 @pytest.mark.parametrize(
@@ -475,7 +475,7 @@ def test_check_options_refuses_what_is_not_a_finite_real_number(name, option, va
 )
 def test_check_options_refuses_a_nesterov_that_is_not_a_bool(value, shown):
     with pytest.raises(ValueError) as e:
-        merge.check_options("bmuf", {"nesterov": value}, 2)
+        rules.check_options("bmuf", {"nesterov": value}, 2)
     assert str(e.value) == (
         f'merge="bmuf": nesterov={shown} is not a bool: nesterov must be True or False'
     )
@@ -494,7 +494,7 @@ def test_check_options_refuses_a_nesterov_that_is_not_a_bool(value, shown):
 )
 def test_check_options_refuses_an_easgd_alpha_out_of_range(segments, alpha, product):
     with pytest.raises(ValueError) as e:
-        merge.check_options("easgd", {"alpha": alpha}, segments)
+        rules.check_options("easgd", {"alpha": alpha}, segments)
     assert str(e.value) == (
         f'merge="easgd": alpha={alpha} is out of range: alpha must be > 0 with K*alpha < 1, '
         f"i.e. in (0, {1 / segments:g}) for K={segments} segments; here K*alpha = {product}"
@@ -523,7 +523,7 @@ def test_check_options_messages_in_full():
     ]
     for name, options, message in cases:
         with pytest.raises(ValueError) as e:
-            merge.check_options(name, options, 2)
+            rules.check_options(name, options, 2)
         assert str(e.value) == message
 
 
@@ -607,9 +607,9 @@ def _data_parallel(template, x, y, *, optimizer, merges, steps_per_merge, policy
                 workers[k].step(xs, ys)
             models.append(workers[k].weights())
             states[k] = workers[k].state()
-        weights = merge.weighted_average(models, [SHARD] * K)
+        weights = averaging.weighted_average(models, [SHARD] * K)
         if policy == "average":
-            states = [merge.weighted_average(states, [SHARD] * K)] * K
+            states = [averaging.weighted_average(states, [SHARD] * K)] * K
     return weights
 
 
@@ -743,22 +743,22 @@ def test_batchnorm_in_training_mode_breaks_the_equality():
 
 def test_rules_say_when_the_next_start_is_the_model_they_store():
     """Only then may an iteration start from the stored checkpoint instead of a transfer."""
-    assert merge.make_rule("average", ALL, 2).sends_model()
-    assert merge.make_rule("bmuf", ALL, 2, nesterov=False).sends_model()
-    assert not merge.make_rule("bmuf", ALL, 2, nesterov=True).sends_model()
-    assert not merge.make_rule("easgd", ALL, 2).sends_model()
-    assert not merge.make_rule("none", ALL, 2).sends_model()
+    assert rules.make_rule("average", ALL, 2).sends_model()
+    assert rules.make_rule("bmuf", ALL, 2, nesterov=False).sends_model()
+    assert not rules.make_rule("bmuf", ALL, 2, nesterov=True).sends_model()
+    assert not rules.make_rule("easgd", ALL, 2).sends_model()
+    assert not rules.make_rule("none", ALL, 2).sends_model()
 
 
 def test_only_average_lets_the_next_average_overwrite_its_model():
     """The client merges the next average into ``average_buffer()`` as it arrives: only a rule
     whose next model is that average may offer its model; bmuf needs it for its step."""
-    rules = {name: merge.make_rule(name, ALL, 2) for name in merge.RULES}
-    for rule in rules.values():
+    made = {name: rules.make_rule(name, ALL, 2) for name in rules.RULES}
+    for rule in made.values():
         rule.start(f32(1, 2, 3), KEYS)
-    assert rules["average"].average_buffer() is rules["average"].model()
-    assert all(rules[name].average_buffer() is None for name in ("bmuf", "easgd", "none"))
-    buffer = rules["average"].average_buffer()
+    assert made["average"].average_buffer() is made["average"].model()
+    assert all(made[name].average_buffer() is None for name in ("bmuf", "easgd", "none"))
+    buffer = made["average"].average_buffer()
     buffer[:] = f32(4, 5, 6)  # as the merge writes it
-    rules["average"].update(buffer, None, COUNTS)
-    np.testing.assert_array_equal(rules["average"].model(), f32(4, 5, 6))
+    made["average"].update(buffer, None, COUNTS)
+    np.testing.assert_array_equal(made["average"].model(), f32(4, 5, 6))

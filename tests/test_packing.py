@@ -8,7 +8,7 @@ import pytest
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn.tables import TableError, describe, load_images, read_images
+from gpcnn.data.tables import TableError, describe, load_images, read_images
 
 SRC = "gpcnn_packing_test"
 LABELS = np.array(["eel", "cat", "dog"])  # sorted class values: cat, dog, eel

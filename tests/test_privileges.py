@@ -12,9 +12,9 @@ import sqlalchemy as sa
 from tiny import dense_net
 
 import gpcnn
+from gpcnn.data.tables import TableError
+from gpcnn.engines.install import InstallError, bundle_id, installed_version
 from gpcnn.engines.roles import role_name
-from gpcnn.install import InstallError, bundle_id, installed_version
-from gpcnn.tables import TableError
 
 DATA = "gpcnn_privileges_data"
 USER, STRANGER = "gpcnn_test_alice", "gpcnn_test_mallory"

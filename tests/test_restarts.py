@@ -23,9 +23,10 @@ import sqlalchemy as sa
 from tiny import dense_net
 
 import gpcnn
-from gpcnn import embedded, runs
-from gpcnn import weights as wire
-from gpcnn.tables import load_images
+from gpcnn.data.tables import load_images
+from gpcnn.fit import runs
+from gpcnn.kernel import wire
+from gpcnn.tools import embedded
 
 pytestmark = [
     pytest.mark.skipif(

@@ -12,11 +12,10 @@ import pytest
 import sqlalchemy as sa
 from tiny import learnable_images, tiny_cnn
 
-from gpcnn import merge, segment
-from gpcnn import weights as wire
+from gpcnn.data.tables import TableName, describe, load_images
 from gpcnn.engines import catalog
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.tables import TableName, describe, load_images
+from gpcnn.kernel import averaging, segment, wire
 
 keras = segment.keras_module()
 
@@ -227,7 +226,7 @@ def test_none_trains_each_segment_alone(engine, schema, model, tables):
 
     # model_ is the one-shot count-weighted average of the K local models
     counts = [sum(len(labels) for _, labels in buffers[k]) for k in keys]
-    one_shot = merge.weighted_average([stored[k] for k in keys], counts)
+    one_shot = averaging.weighted_average([stored[k] for k in keys], counts)
     np.testing.assert_allclose(flat(est), one_shot, atol=1e-7, rtol=0)
 
     for row in est.history_:

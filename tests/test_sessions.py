@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpcnn.data.tables import load_images
 from gpcnn.engines.sessions import MAX_IDLE_SESSIONS, SegmentSessions
-from gpcnn.tables import load_images
 
 
 def test_an_error_in_one_session_cancels_the_others(engine):

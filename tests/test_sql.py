@@ -13,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from gpcnn.engines import GreenplumBackend, PostgresBackend, catalog
+from gpcnn.engines.install import statements
 from gpcnn.engines.sessions import SegmentSessions
-from gpcnn.install import statements
 
 OFFLINE = sa.create_engine("postgresql+psycopg2://")  # never connects: quoting only
 

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from gpcnn import cli, experiments, models, plots, report, training
+from gpcnn.fit import training
+from gpcnn.study import experiments, models, plots, report
+from gpcnn.tools import cli
 
 
 @pytest.fixture(scope="module")
@@ -188,8 +190,8 @@ def test_merge_frequency_figure_pairs_each_rule_by_colour_and_line_style():
 def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, engine, schema, tmp_path):
     """``sync`` (MirroredStrategy, 32 images per replica on K logical CPUs) takes the same steps
     as plain Keras with one batch of 32·K: the replicas' gradients are averaged every batch."""
-    from gpcnn import segment
-    from gpcnn.tables import read_images
+    from gpcnn.data.tables import read_images
+    from gpcnn.kernel import segment
 
     if engine.dispatch:
         pytest.skip("sync trains outside the database: one dispatch mode covers it")
@@ -344,7 +346,7 @@ def test_a_study_with_seeds_skew_and_momentum_end_to_end(engine, schema, tmp_pat
     text = (tmp_path / "report.md").read_text()
     assert "| mnist-sample-average-k2-m1-momentum-os-local-skew0.5 | 2 |" in text
     assert "± " in text and "segment 1:" in text
-    from gpcnn.tables import describe
+    from gpcnn.data.tables import describe
 
     info = describe(engine, f"{schema}_images.mnist_sample_k2_skew0_5_s1_train")
     assert info.distribution == "label-skew" and info.skew == 0.5

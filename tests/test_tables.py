@@ -22,12 +22,13 @@ import pytest
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn import cli, datasets, tables
+from gpcnn.data import datasets, tables
+from gpcnn.data.tables import TableError, TableName, describe, load_images, read_images
 from gpcnn.engines import GreenplumBackend, PostgresBackend
 from gpcnn.engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
 from gpcnn.engines.greenplum import spread_keys
-from gpcnn.segment import decode_images, decode_labels
-from gpcnn.tables import TableError, TableName, describe, load_images, read_images
+from gpcnn.kernel.segment import decode_images, decode_labels
+from gpcnn.tools import cli
 
 IMG = "gpcnn_tables_test"  # image tables of this module
 ODD = "My Schema"
@@ -656,7 +657,8 @@ def test_next_load_removes_a_leftover_staging_table(engine, schema, backend):
 CHILD = r"""
 import sys, time
 import numpy as np
-from gpcnn import connect, tables
+from gpcnn import connect
+from gpcnn.data import tables
 
 url, table, schema = sys.argv[1:4]
 rng = np.random.default_rng(1)
@@ -905,7 +907,7 @@ def _folder(root, sizes_by_class: dict[str, list[tuple[int, int]]]):
 
 
 def test_an_image_folder_loads_chunk_by_chunk(engine, schema, tmp_path, capsys):
-    from gpcnn.datasets import load_image_folder
+    from gpcnn.data.datasets import load_image_folder
 
     root = _folder(tmp_path / "imgs", {"a": [(5, 7)] * 4, "b": [(9, 3)] * 3})
     folder = load_image_folder(root, size=(6, 6), color="rgb", seed=1, chunk_size=2)

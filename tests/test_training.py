@@ -14,12 +14,11 @@ import sqlalchemy as sa
 from sklearn.base import clone
 from tiny import learnable_images
 
-from gpcnn import segment
-from gpcnn import weights as wire
+from gpcnn.data.tables import STAGING_SUFFIX, TableError, load_images, read_images
 from gpcnn.engines import catalog
 from gpcnn.estimator import GreenplumCNN, TrainingError
-from gpcnn.tables import STAGING_SUFFIX, TableError, load_images, read_images
-from gpcnn.training import Training
+from gpcnn.fit.training import Training
+from gpcnn.kernel import segment, wire
 
 keras = segment.keras_module()
 
@@ -93,7 +92,7 @@ def estimator(engine, schema, model, **params):
 
 def shards(engine, schema, table):
     """Each key's (images, labels) in buffer order, cut into buffers, as stored."""
-    from gpcnn.tables import TableName, describe
+    from gpcnn.data.tables import TableName, describe
 
     info = describe(engine, table)
     with engine.connect() as conn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpcnn import segment
+from gpcnn.kernel import segment
 
 
 def learnable_images(n: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:

@@ -28,10 +28,9 @@ from typing import ClassVar
 import numpy as np
 import sqlalchemy as sa
 
-from .. import merge as rules
-from .. import segment
-from .copy import BinaryRows, CopyStream, chunk_rows
-from .sessions import SegmentSessions
+from gpcnn.engines.copy import BinaryRows, CopyStream, chunk_rows
+from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.kernel import averaging, segment
 
 DISPATCHES = (None, "sessions", "statement")
 # A chunk of a vector: one row of transfers and checkpoints, one row of a result stream. 1 MiB
@@ -115,7 +114,7 @@ class Backend:
     def _decode_probes(rows) -> list[dict]:
         return [{"segment": segment, **json.loads(text)} for segment, text in rows]
 
-    # -- image tables (``table`` arguments are gpcnn.tables.TableName) -------------------------
+    # -- image tables (``table`` arguments are gpcnn.data.tables.TableName) -------------------------
 
     IMAGE_COLUMNS: ClassVar[str] = (
         "__dist_key__ integer NOT NULL, buffer_id integer NOT NULL, n integer NOT NULL, "
@@ -551,7 +550,7 @@ MERGE_BLOCK_VALUES = 1 << 18  # averaged at a time: the float64 temporaries stay
 class StreamingMerge:
     """The database's chunk merge, here, as the K result streams arrive (``BinaryRows`` sinks
     in K threads call ``add``): chunk i is averaged over the keys in key order
-    (``merge.weighted_average``: float64 sums, exact integer counts) once every key has sent it,
+    (``averaging.weighted_average``: float64 sums, exact integer counts) once every key has sent it,
     and its K parts are dropped. So the client holds the merged vector and a few chunks, not K
     trained vectors: with one key per stream (``paced``), a stream more than
     ``MERGE_LEAD_CHUNKS`` ahead of the slowest waits for it, and streams wait while
@@ -637,7 +636,7 @@ class StreamingMerge:
                 offset = chunk * self.chunk_values
                 for start in range(0, parts[0].size, MERGE_BLOCK_VALUES):
                     block = [part[start : start + MERGE_BLOCK_VALUES] for part in parts]
-                    average = rules.weighted_average(block, counts)
+                    average = averaging.weighted_average(block, counts)
                     self.vector[offset + start : offset + start + average.size] = average
                     self._merged += average.size
             except BaseException as e:  # reported by result()

@@ -15,16 +15,17 @@ handle's backend for the engine's DDL.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
 import sqlalchemy as sa
 
-from .base import EVERY_KEY, Backend, text_safe
-from .copy import CopyStream, chunk_rows
+from gpcnn.engines.base import EVERY_KEY, Backend, text_safe
+from gpcnn.engines.copy import CopyStream, chunk_rows
 
 SHAPE_VERSION = 5
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed")
@@ -190,15 +191,34 @@ def table_ddl(backend: Backend, table: sa.Table) -> list[str]:
     return ddl
 
 
+# Parameters that do not change what a run computes: a run may be resumed with other values.
+NON_RESULT_PARAMS = frozenset(
+    {
+        "progress",  # gpcnn 0.1
+        "verbose",
+        "database",
+        "schema",  # gpcnn 0.1
+        "iterations",
+        "warm_start",
+        "validation_table",
+        "validation_data",  # gpcnn 0.1
+        "validation_freq",
+    }
+)
+
+
+def result_key(params: dict) -> str:
+    """A digest of the parameters that change the result (what resume matches on)."""
+    kept = {k: v for k, v in params.items() if k not in NON_RESULT_PARAMS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
 def _qualified(backend: Backend, name: str) -> str:
     return f"{backend.qschema}.{backend.quote(name)}"
 
 
-def ensure_tables(
-    conn: sa.Connection, backend: Backend, result_key: Callable[[dict], str] | None = None
-) -> None:
-    """Create the tables, or migrate an older shape, inside the caller's transaction.
-    ``result_key`` computes a run's resume key from its stored parameters (migration 1 -> 2)."""
+def ensure_tables(conn: sa.Connection, backend: Backend) -> None:
+    """Create the tables, or migrate an older shape, inside the caller's transaction."""
     version = found_version(conn, backend)
     if version == SHAPE_VERSION:
         return
@@ -214,12 +234,12 @@ def ensure_tables(
             conn.exec_driver_sql(statement)
     else:
         for step in MIGRATIONS[version - 1 :]:
-            step(conn, backend, result_key)
+            step(conn, backend)
     conn.execute(t.version.delete())
     conn.execute(t.version.insert().values(version=SHAPE_VERSION))
 
 
-def _migrate_1_to_2(conn: sa.Connection, backend: Backend, result_key) -> None:
+def _migrate_1_to_2(conn: sa.Connection, backend: Backend) -> None:
     """Version 1 had no shape table, runs had no status and no resume key; tables absent in
     version 1 are created."""
     t = tables(backend.schema)
@@ -244,12 +264,12 @@ def _migrate_1_to_2(conn: sa.Connection, backend: Backend, result_key) -> None:
             .where(t.runs.c.run_id == run_id)
             .values(
                 status="finished" if finished else "running",
-                result_key=None if result_key is None else result_key(params),
+                result_key=result_key(params),
             )
         )
 
 
-def _migrate_2_to_3(conn: sa.Connection, backend: Backend, result_key) -> None:
+def _migrate_2_to_3(conn: sa.Connection, backend: Backend) -> None:
     """Image tables record their layout; tables loaded before have layout 1 (no image ids)."""
     _create_missing(conn, backend)
     if "layout" not in _columns(conn, backend, "image_tables"):
@@ -259,7 +279,7 @@ def _migrate_2_to_3(conn: sa.Connection, backend: Backend, result_key) -> None:
         )
 
 
-def _migrate_3_to_4(conn: sa.Connection, backend: Backend, result_key) -> None:
+def _migrate_3_to_4(conn: sa.Connection, backend: Backend) -> None:
     """Image tables record how their images were dealt; earlier tables were all IID."""
     _create_missing(conn, backend)
     if "distribution" not in _columns(conn, backend, "image_tables"):
@@ -277,7 +297,7 @@ def _create_missing(conn: sa.Connection, backend: Backend) -> None:
                 conn.exec_driver_sql(statement)
 
 
-def _migrate_4_to_5(conn: sa.Connection, backend: Backend, result_key) -> None:
+def _migrate_4_to_5(conn: sa.Connection, backend: Backend) -> None:
     """Shapes 2 to 4 kept each vector as one bytea value (``run_iterations.weights``, ``rule_state``,
     ``optimizer``; ``segment_models``): they move into ``checkpoints`` in chunks, inside the
     server, and the old columns and table go."""
@@ -396,7 +416,7 @@ def catalog_rows(conn: sa.Connection, backend: Backend) -> list:
 def insert_run(
     conn: sa.Connection, backend: Backend, table: str, params: dict, key: str, model_json: str
 ) -> int:
-    from .. import __version__
+    from gpcnn.version import __version__
 
     t = tables(backend.schema).runs
     return conn.execute(

@@ -12,18 +12,47 @@ from __future__ import annotations
 import os
 import threading
 from functools import cached_property
+from typing import Protocol
 
 import sqlalchemy as sa
 
-from .base import DISPATCHES, Backend, check_chunk_bytes
-from .greenplum import GreenplumBackend
-from .postgres import PostgresBackend
-from .sessions import POOL, application_name
+from gpcnn.engines.base import DISPATCHES, Backend, check_chunk_bytes
+from gpcnn.engines.greenplum import GreenplumBackend
+from gpcnn.engines.postgres import PostgresBackend
+from gpcnn.engines.sessions import POOL, application_name
 
 DEFAULT_SCHEMA = "gpcnn"
 
 _open: dict[tuple[str, str, str | None, int | None], Database] = {}
 _open_lock = threading.Lock()
+
+
+class DefaultServer(Protocol):
+    """Where ``connect()`` goes when given no URL and ``$GPCNN_DATABASE_URL`` is unset."""
+
+    def url(self) -> str:
+        """The server's URL, started if needed."""
+
+    def configured_url(self) -> str | None:
+        """Its URL if it exists, without starting anything (to find a pickled handle's password)."""
+
+
+_default_server: DefaultServer | None = None
+
+
+def register_default_server(server: DefaultServer) -> None:
+    """Set the server of ``connect()`` without a URL: the embedded cluster registers itself when
+    ``gpcnn`` is imported, so this layer never imports the tools above it."""
+    global _default_server
+    _default_server = server
+
+
+def _default() -> DefaultServer:
+    if _default_server is None:
+        raise RuntimeError(
+            "no database URL: pass one to gpcnn.connect(url) or set GPCNN_DATABASE_URL"
+        )
+    return _default_server
 
 
 def _driver_url(url: str | sa.URL) -> sa.URL:
@@ -42,10 +71,9 @@ def _same_login(a: sa.URL, b: sa.URL) -> bool:
 
 def _known_password(url: sa.URL) -> str | None:
     """The password of a URL pickled without it, from where gpcnn found it the first time."""
-    from .. import embedded
-
     candidates = [os.environ.get("GPCNN_DATABASE_URL"), os.environ.get("GPCNN_TEST_DATABASE_URL")]
-    candidates.append(embedded.configured_url())
+    if _default_server is not None:
+        candidates.append(_default_server.configured_url())
     for candidate in candidates:
         if candidate and _same_login(sa.make_url(candidate), url):
             return sa.make_url(candidate).password
@@ -171,9 +199,7 @@ def connect(
     if url is None:
         url = os.environ.get("GPCNN_DATABASE_URL")
     if url is None:
-        from .. import embedded
-
-        url = embedded.url()
+        url = _default().url()
     parsed = _driver_url(url)
     key = (parsed.render_as_string(hide_password=False), schema, dispatch, chunk_bytes)
     with _open_lock:

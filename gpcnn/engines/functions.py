@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from .base import Backend
+from gpcnn.engines.base import Backend
 
 DOLLAR_TAG = "$gpcnn$"
 

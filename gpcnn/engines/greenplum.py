@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from .base import Backend, text_safe
+from gpcnn.engines.base import Backend, text_safe
 
 
 class GreenplumBackend(Backend):

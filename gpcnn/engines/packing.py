@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from .base import Backend, text_safe
+from gpcnn.engines.base import Backend, text_safe
 
 ARRAY_TYPES = ("real[]", "double precision[]", "smallint[]", "integer[]")
 IMAGE_TYPES = (*ARRAY_TYPES, "bytea")
@@ -31,8 +31,9 @@ def column_types(conn: sa.Connection, qualified_sql: str) -> dict[str, str]:
     return dict(rows.all())
 
 
-class SourceQueries:
-    """Statements over one source table and its three columns (quoted here)."""
+class PackingSource:
+    """The statements over one source table and its three columns (quoted here), each run on the
+    connection it is given and returning plain values."""
 
     def __init__(self, backend: Backend, source_sql: str, x: str, y: str, id_: str, x_type: str):
         self.backend = backend
@@ -43,56 +44,73 @@ class SourceQueries:
     def _length(self) -> str:
         return f"cardinality({self.x})" if self.is_array else f"octet_length({self.x})"
 
-    def count_sql(self) -> str:
-        return f"SELECT count(*), count(DISTINCT {self.id}) FROM {self.source}"
+    def counts(self, conn: sa.Connection) -> tuple[int, int]:
+        """(rows, distinct ids)."""
+        sql = f"SELECT count(*), count(DISTINCT {self.id}) FROM {self.source}"
+        total, distinct = conn.execute(sa.text(sql)).one()
+        return int(total), int(distinct)
 
-    def null_id_sql(self) -> str:
-        return f"SELECT count(*) FROM {self.source} WHERE {self.id} IS NULL"
+    def null_ids(self, conn: sa.Connection) -> int:
+        sql = f"SELECT count(*) FROM {self.source} WHERE {self.id} IS NULL"
+        return int(conn.execute(sa.text(sql)).scalar())
 
-    def duplicate_id_sql(self) -> str:
-        return (
+    def duplicate_id(self, conn: sa.Connection):
+        """The smallest id that appears more than once."""
+        sql = (
             f"SELECT {self.id} FROM {self.source} GROUP BY {self.id} HAVING count(*) > 1 "
             f"ORDER BY {self.id} LIMIT 1"
         )
+        return conn.execute(sa.text(sql)).scalar()
 
-    def null_value_sql(self) -> str:
-        return (
+    def first_null(self, conn: sa.Connection) -> tuple | None:
+        """(id, whether the images are the NULL) of the first row with a NULL image or label."""
+        sql = (
             f"SELECT {self.id}, {self.x} IS NULL FROM {self.source} "
             f"WHERE {self.x} IS NULL OR {self.y} IS NULL ORDER BY {self.id} LIMIT 1"
         )
+        return conn.execute(sa.text(sql)).first()
 
-    def lengths_sql(self) -> str:
-        """The distinct image lengths, with the smallest id of each."""
-        return (
+    def lengths(self, conn: sa.Connection) -> list[tuple]:
+        """Two of the distinct image lengths, with the smallest id of each."""
+        sql = (
             f"SELECT {self._length()}, min({self.id}) FROM {self.source} "
             f"GROUP BY 1 ORDER BY 2 LIMIT 2"
         )
+        return [tuple(r) for r in conn.execute(sa.text(sql)).all()]
 
-    def out_of_range_sql(self) -> str:
-        """The first row with a value outside [0, :top] (NaN included: it sorts above all)."""
-        return (
+    def first_out_of_range(self, conn: sa.Connection, top: float):
+        """The id of the first row with a value outside [0, top] (NaN included: it sorts above
+        all)."""
+        sql = (
             f"SELECT {self.id} FROM {self.source} WHERE EXISTS (SELECT 1 FROM unnest({self.x}) v "
             "WHERE v IS NULL OR v < 0 OR v > :top) ORDER BY 1 LIMIT 1"
         )
+        return conn.execute(sa.text(sql), {"top": top}).scalar()
 
-    def class_values_sql(self) -> str:
+    def class_values(self, conn: sa.Connection) -> list[str]:
         """The distinct labels in their type's order, as text (MADlib's class values)."""
-        return (
+        sql = (
             f"SELECT CAST(d.v AS text) AS value FROM (SELECT DISTINCT {self.y} AS v "
             f"FROM {self.source}) d ORDER BY d.v"
         )
+        return list(conn.execute(sa.text(sql)).scalars())
 
-    def unknown_label_sql(self) -> str:
-        return (
+    def first_unknown_label(self, conn: sa.Connection, values: list[str]) -> tuple | None:
+        """(id, label) of the first row whose label is not one of ``values``."""
+        sql = (
             f"SELECT {self.id}, CAST({self.y} AS text) FROM {self.source} "
             f"WHERE NOT (CAST({self.y} AS text) = ANY(CAST(:values AS text[]))) "
             f"ORDER BY {self.id} LIMIT 1"
         )
+        return conn.execute(sa.text(sql), {"values": values}).first()
 
-    def fill_sql(self, target_sql: str) -> str:
+    def fill(self, conn: sa.Connection, target_sql: str, params: dict) -> None:
         """Buffers into ``target``: row ``pos`` (0-based, in id order) is the ``rank``-th image
         dealt (``:order`` lists the positions by rank) into buffer ``:buffer_of[rank]``, and
-        ``:buffers`` gives each buffer's key and id."""
+        ``:keys`` / ``:buffer_ids`` give each buffer's key and id."""
+        conn.execute(sa.text(self._fill_sql(target_sql)), params)
+
+    def _fill_sql(self, target_sql: str) -> str:
         s = text_safe(self.backend.qschema)
         pixels = (  # arrays: one call per buffer on the buffer's images as an N×L array
             f"{s}.pixel_bytes(array_agg(CAST(r.x AS double precision[]) ORDER BY p.rank), "

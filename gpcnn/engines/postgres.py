@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from .base import Backend, text_safe
+from gpcnn.engines.base import Backend, text_safe
 
 
 class PostgresBackend(Backend):
@@ -52,6 +52,26 @@ class PostgresBackend(Backend):
 
     def default_threads(self, segments: int) -> int:
         return max(1, self.server_cpu_count() // max(1, segments))
+
+
+def bootstrap(url: str, admin_database: str, database: str) -> None:
+    """A new cluster's first start: create ``database`` (connected to ``admin_database``, which
+    initdb made) and plpython3u in it. Raises ``DatabaseError`` when plpython3u is missing."""
+    from gpcnn.engines.functions import create_plpython
+
+    admin_url = sa.make_url(url).set(database=admin_database)
+    admin = sa.create_engine(admin_url, poolclass=sa.pool.NullPool, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            ensure_database(conn, database)
+    finally:
+        admin.dispose()
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            create_plpython(conn)
+    finally:
+        engine.dispose()
 
 
 def ensure_database(conn: sa.Connection, name: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from .base import Backend
+from gpcnn.engines.base import Backend
 
 
 def role_name(schema: str) -> str:

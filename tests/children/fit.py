@@ -20,8 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import gpcnn
-from gpcnn import segment
-from gpcnn import weights as wire
+from gpcnn.kernel import segment, wire
 
 keras = segment.keras_module(threads=1)
 url, schema, table, out, factory = sys.argv[1:6]

@@ -18,8 +18,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import psycopg2
 
 import gpcnn
-from gpcnn import segment
 from gpcnn.engines.sessions import POOL, SegmentSessions, application_name
+from gpcnn.kernel import segment
 
 keras = segment.keras_module(threads=1)
 url, schema, table = sys.argv[1:4]

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-import sqlalchemy as sa
-
-from .engines import Database, connect
-from .install import InstallError, ensure_installed, ensure_plpython
+from gpcnn.engines import Database, DatabaseError, connect
+from gpcnn.engines.install import InstallError, ensure_installed, ensure_plpython
 
 
 class ServerPythonError(InstallError):
@@ -52,7 +50,7 @@ def check_environment(db: Database | str | None = None) -> EnvironmentReport:
     backend = db.backend
     try:
         probes = backend.probe_segments()
-    except sa.exc.DBAPIError as e:
+    except DatabaseError as e:
         message = str(e.orig)
         if "No module named" in message:
             raise ServerPythonError(

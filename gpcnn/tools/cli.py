@@ -7,16 +7,15 @@ import json
 import sys
 from pathlib import Path
 
-from . import embedded
-from .datasets import DATASET_NAMES, load_by_name
-from .estimator import OPTIMIZER_STATES
-from .experiments import RULES
-from .models import MODELS, OPTIMIZERS
+from gpcnn.data.datasets import DATASET_NAMES, load_by_name
+from gpcnn.engines import DriverError, connect
+from gpcnn.estimator import OPTIMIZER_STATES
+from gpcnn.study.experiments import RULES
+from gpcnn.study.models import MODELS, OPTIMIZERS
+from gpcnn.tools import embedded
 
 
 def _db(args: argparse.Namespace):
-    from . import connect
-
     return connect(args.database, schema=args.schema, dispatch=args.dispatch)
 
 
@@ -38,7 +37,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .environment import check_environment
+    from gpcnn.tools.environment import check_environment
 
     report = check_environment(_db(args))
     print(json.dumps(report.as_dict(), indent=2) if args.json else report)
@@ -46,8 +45,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_install(args: argparse.Namespace) -> int:
-    from .engines.roles import role_name
-    from .install import install
+    from gpcnn.engines.install import install
+    from gpcnn.engines.roles import role_name
 
     print(f"installed gpcnn {install(_db(args))} into schema {args.schema!r}")
     print(f"ordinary users run it once granted the role: GRANT {role_name(args.schema)} TO <user>")
@@ -55,7 +54,7 @@ def cmd_install(args: argparse.Namespace) -> int:
 
 
 def cmd_uninstall(args: argparse.Namespace) -> int:
-    from .install import uninstall
+    from gpcnn.engines.install import uninstall
 
     uninstall(_db(args), keep_data=args.keep_data)
     kept = " (runs and catalog kept)" if args.keep_data else ""
@@ -64,7 +63,7 @@ def cmd_uninstall(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from . import runs
+    from gpcnn.fit import runs
 
     db = _db(args)
     if args.action == "list":
@@ -93,7 +92,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from .tables import drop_table, list_tables
+    from gpcnn.data.tables import drop_table, list_tables
 
     db = _db(args)
     if args.action == "list":
@@ -105,7 +104,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
             )
         return 0
     if args.staging:
-        from .staging import sweep
+        from gpcnn.data.staging import sweep
 
         for name in sweep(db):
             print(f"dropped staging table {name}")
@@ -121,8 +120,8 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 def _load_folder(args: argparse.Namespace) -> int:
     """``gpcnn load --folder PATH --table NAME``: one table from one sub-folder per class."""
-    from .datasets import load_image_folder
-    from .tables import load_images
+    from gpcnn.data.datasets import load_image_folder
+    from gpcnn.data.tables import load_images
 
     if args.table is None or args.train_table or args.test_table or args.path:
         raise ValueError("--folder loads one table: give --table only (no --path, no splits)")
@@ -145,8 +144,8 @@ def _load_folder(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
-    from .engines import catalog
-    from .tables import TableName, load_images
+    from gpcnn.data.tables import TableName, load_images
+    from gpcnn.engines import catalog
 
     if args.folder is not None:
         return _load_folder(args)
@@ -193,7 +192,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
 
 def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epochs) -> int:
-    from .experiments import plan, run_study
+    from gpcnn.study.experiments import plan, run_study
 
     db = _db(args)
     specs = plan(
@@ -234,8 +233,8 @@ def cmd_converge(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """A short preset of the study: one worker, and K=4 without merge, with MADlib's average and
     with BMUF, on real Fashion-MNIST in the embedded database."""
-    from . import install
-    from .environment import check_environment
+    from gpcnn.engines import install
+    from gpcnn.tools.environment import check_environment
 
     db = _db(args)
     install(db)  # the quick start sets everything up, upgrades included
@@ -289,7 +288,7 @@ def _size(text: str) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from gpcnn.version import __version__
 
     parser = argparse.ArgumentParser(prog="gpcnn", description=__doc__)
     parser.add_argument("--version", action="version", version=f"gpcnn {__version__}")
@@ -431,12 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; an error is one line on stderr and exit status 1 (``--traceback`` shows
     the whole traceback instead)."""
-    import sqlalchemy as sa
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (embedded.EmbeddedError, RuntimeError, ValueError, OSError, sa.exc.SQLAlchemyError) as e:
+    except (embedded.EmbeddedError, RuntimeError, ValueError, OSError, DriverError) as e:
         if args.traceback:
             raise
         text = str(getattr(e, "orig", None) or e).strip()

@@ -14,9 +14,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-import sqlalchemy as sa
-
-from .engines.sessions import SessionError
+from gpcnn.engines import DatabaseError
+from gpcnn.engines.sessions import SessionError
 
 # SQLSTATEs of a server process ended from outside: admin_shutdown, crash_shutdown,
 # cannot_connect_now (the server is starting or shutting down).
@@ -49,7 +48,7 @@ def database_call(what: str, call, *args, **kwargs):
         return call(*args, **kwargs)
     except SessionError as e:
         raise failure(what, e.error, e.params.get("group"), e.pid, e.lost) from None
-    except sa.exc.DBAPIError as e:
+    except DatabaseError as e:
         raise failure(what, e.orig, lost=bool(e.connection_invalidated)) from None
     except Exception as e:
         if type(e).__module__.startswith("psycopg2"):

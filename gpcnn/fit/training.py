@@ -21,13 +21,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import merge
-from . import weights as wire
-from .engines import Database, catalog
-from .engines.base import EVERY_KEY, StoredStart
-from .engines.sessions import SegmentSessions
-from .errors import TrainingError, database_call
-from .tables import ImageTable, buffer_counts
+from gpcnn.data.tables import ImageTable, buffer_counts
+from gpcnn.engines import Database, catalog
+from gpcnn.engines.base import EVERY_KEY, StoredStart
+from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.fit import rules
+from gpcnn.fit.errors import TrainingError, database_call
+from gpcnn.kernel import averaging, wire
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ class Training:
         model_json: str,
         options: dict,
         manifest: list[dict],
-        rule: merge.MergeRule,
+        rule: rules.MergeRule,
         slices: Sequence[Slice],
         local_epochs: int,
         evaluate,  # (weights, StoredStart or None, iteration) -> {"loss": ..., ...} or None
@@ -284,13 +284,13 @@ class Training:
         }
         metrics["images"] = sum(counts)
         segments = {k: v[: self.weight_count] for k, (_, v) in decoded.items()}
-        average = merge.weighted_average(list(segments.values()), counts)
+        average = averaging.weighted_average(list(segments.values()), counts)
         if self.policy == "local":
             self.segment_optimizers = {
                 k: v[self.weight_count :].copy() for k, (_, v) in decoded.items()
             }
         elif self.policy == "average":
-            self.shared_optimizer = merge.weighted_average(
+            self.shared_optimizer = averaging.weighted_average(
                 [v[self.weight_count :] for _, v in decoded.values()], counts
             )
         return metrics, average, segments
@@ -302,7 +302,7 @@ class Training:
         if values is None:
             return {}
         row = {f"val_{k}": v for k, v in values.items() if k != "images"}
-        if isinstance(self.rule, merge.NoMerge):
+        if isinstance(self.rule, rules.NoMerge):
             # K workers that never merge: their own curves, their mean, and the one-shot average.
             per_key = {k: self.evaluate(w, None, iteration) for k, w in segments.items()}
             row = {f"{name}_average": v for name, v in row.items()}

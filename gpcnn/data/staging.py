@@ -10,8 +10,8 @@ import uuid
 
 import numpy as np
 
-from .engines import Database
-from .tables import drop_table, list_tables, load_images
+from gpcnn.data.tables import drop_table, list_tables, load_images
+from gpcnn.engines import Database
 
 SCHEMA_SUFFIX = "_staging"
 

@@ -17,9 +17,14 @@ import secrets
 import shutil
 import socket
 import subprocess
+import sys
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpcnn.engines import DatabaseError
+from gpcnn.engines.database import register_default_server
+from gpcnn.engines.postgres import bootstrap
 
 PG_MAJOR = 15
 SERVER_USER = "gpcnn"  # the OS user that runs the server when the client is root
@@ -342,46 +347,19 @@ def start(c: Cluster | None = None, timeout: int = 60) -> Cluster:
     if done.returncode != 0:
         tail = c.log_file.read_text()[-2000:] if c.log_file.exists() else done.stderr
         raise EmbeddedError(f"the server did not start (pg_ctl: {done.stderr.strip()}):\n{tail}")
-    _ensure_database(c)
-    _ensure_plpython(c)
+    _bootstrap(c)
     return c
 
 
-def _ensure_plpython(c: Cluster) -> None:
-    import sqlalchemy as sa
-
-    from .engines.functions import create_plpython
-
-    engine = sa.create_engine(c.url(), poolclass=sa.pool.NullPool)
+def _bootstrap(c: Cluster) -> None:
+    """initdb makes only ``postgres``: gpcnn's database and plpython3u are created on first start."""
     try:
-        with engine.begin() as conn:
-            create_plpython(conn)
-    except sa.exc.DBAPIError as e:
+        bootstrap(c.url(), "postgres", DATABASE)
+    except DatabaseError as e:
         raise EmbeddedError(
             f"CREATE EXTENSION plpython3u failed: {e.orig}. Install postgresql-plpython3-{PG_MAJOR} "
             "(`make setup` does)."
         ) from e
-    finally:
-        engine.dispose()
-
-
-def _ensure_database(c: Cluster) -> None:
-    """initdb makes only ``postgres``; gpcnn's database is created on first start."""
-    import sqlalchemy as sa
-
-    from .engines.postgres import ensure_database
-
-    cfg = c.config()
-    admin = sa.create_engine(
-        f"postgresql+psycopg2://{SUPERUSER}:{cfg['password']}@127.0.0.1:{cfg['port']}/postgres",
-        poolclass=sa.pool.NullPool,
-        isolation_level="AUTOCOMMIT",
-    )
-    try:
-        with admin.connect() as conn:
-            ensure_database(conn, DATABASE)
-    finally:
-        admin.dispose()
 
 
 def stop(c: Cluster | None = None, timeout: int = 60) -> None:
@@ -438,3 +416,7 @@ def url() -> str:
     """The URL of the embedded cluster, started (and created) if needed."""
     c = start()
     return c.url()
+
+
+# This module is ``connect()``'s default server: it has ``url`` and ``configured_url``.
+register_default_server(sys.modules[__name__])

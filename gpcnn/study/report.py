@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from gpcnn.study.specs import RunSpec
+
 REPORT_EPOCHS = (1, 5, 10, 15, 20)
 
 CSV_FIRST = (
@@ -42,8 +44,6 @@ TEXT_COLUMNS = ("run", "setting", "dataset", "merge", "model", "optimizer", "opt
 def collect(out: str | Path, rules: Sequence[str]) -> list[dict]:
     """History rows of every finished run in ``out`` (a study may be run in parts), ordered by
     dataset, merge frequency, rule (in ``rules``' order), K, seed, iteration."""
-    from .experiments import RunSpec
-
     rows = []
     for path in sorted(Path(out, "runs").glob("*.json")):
         done = json.loads(path.read_text())
@@ -68,8 +68,6 @@ def collect(out: str | Path, rules: Sequence[str]) -> list[dict]:
 def collect_segments(out: str | Path) -> dict[str, dict]:
     """Setting -> its training table's images per segment and class mixes (seed 0's, else the
     first seed's), from the run files."""
-    from .experiments import RunSpec
-
     found: dict[str, dict] = {}
     for path in sorted(Path(out, "runs").glob("*.json")):
         done = json.loads(path.read_text())

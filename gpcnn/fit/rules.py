@@ -1,12 +1,11 @@
-"""Merge rules on flat weight vectors (numpy only): the same code in the database and locally.
+"""The client-side merge rules: how the K segment models of an iteration become the next model(s).
 
 A merge rule turns the K segment models of one iteration into the next model(s). MADlib's rule, the
 default, is the image-count-weighted average of ALL weights (trainable and not: BatchNorm moving
 statistics are weights too). Every rule here needs weights only, never gradients.
 
-The weighted average is streamed inside the database (``accumulate`` per segment, ``add`` in the
-aggregate's merge function, ``finish`` in its final function); the rules beyond it act on the
-result between iterations, in the client:
+The weighted average is streamed inside the database (``gpcnn.kernel.averaging``); the rules here
+act on its result between iterations, in the client, and are never shipped into the database:
 
 - ``average``: MADlib, w <- sum(n_k w_k) / sum(n_k).
 - ``bmuf``: block momentum (Chen & Huo 2016). G = avg - w_sent; D <- eta D + zeta G; w <- w + D;
@@ -30,31 +29,7 @@ from typing import ClassVar
 
 import numpy as np
 
-Vector = np.ndarray
-
-
-# -- the streamed weighted average (also used by the aggregate in the database) -------------------
-
-
-def accumulate(weights: Vector, count: int) -> Vector:
-    """One segment's contribution S = n * w, in float64 (exact counts, no float32 rounding)."""
-    return np.asarray(weights, dtype=np.float64) * int(count)
-
-
-def finish(weight_sum: Vector, count: int) -> Vector:
-    """w = S / n as float32; an empty total is an error."""
-    if int(count) <= 0:
-        raise ValueError("cannot average models that saw no images")
-    return (np.asarray(weight_sum, dtype=np.float64) / int(count)).astype(np.float32)
-
-
-def weighted_average(models: Sequence[Vector], counts: Sequence[int]) -> Vector:
-    """MADlib's merge: ``sum(n_k * w_k) / sum(n_k)``."""
-    total = sum(accumulate(m, n) for m, n in zip(models, counts, strict=True))
-    return finish(total, sum(int(n) for n in counts))
-
-
-# -- rules that act between iterations --------------------------------------------------------
+from gpcnn.kernel.averaging import Vector
 
 
 @dataclass

@@ -13,12 +13,8 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import sqlalchemy as sa
 
-from .engines import Database, connect
-from .engines.packing import ID_TYPES, IMAGE_TYPES, SourceQueries, column_types
-from .install import ensure_installed
-from .tables import (
+from gpcnn.data.tables import (
     ImageTable,
     TableError,
     TableName,
@@ -30,6 +26,9 @@ from .tables import (
     plan_buffers,
     resolved_name,
 )
+from gpcnn.engines import Database, connect
+from gpcnn.engines.install import ensure_installed
+from gpcnn.engines.packing import ID_TYPES, IMAGE_TYPES, PackingSource, column_types
 
 
 def pack_table(
@@ -82,8 +81,9 @@ def pack_table(
         buffer_of = np.empty(count, dtype=np.int64)
         for index, buf in enumerate(buffers):
             buffer_of[buf.start : buf.stop] = index
-        conn.execute(
-            sa.text(queries.fill_sql(staging.sql(backend))),
+        queries.fill(
+            conn,
+            staging.sql(backend),
             {
                 "normalized": bool(normalized),
                 "values": values,
@@ -125,25 +125,25 @@ def _check_columns(conn, backend, src: TableName, x: str, y: str, id_: str):
         raise TableError(f"{src}.{x} is {types[x]}: images must be one of {', '.join(IMAGE_TYPES)}")
     if types[id_] not in ID_TYPES:
         raise TableError(f"{src}.{id_} is {types[id_]}: ids must be one of {', '.join(ID_TYPES)}")
-    queries = SourceQueries(backend, src.sql(backend), x, y, id_, types[x])
-    total, distinct = conn.execute(sa.text(queries.count_sql())).one()
+    queries = PackingSource(backend, src.sql(backend), x, y, id_, types[x])
+    total, distinct = queries.counts(conn)
     if total == 0:
         raise TableError(f"{src} has no rows to pack")
-    nulls = conn.execute(sa.text(queries.null_id_sql())).scalar()
+    nulls = queries.null_ids(conn)
     if nulls:
         raise TableError(f"{src}: {nulls} rows have a NULL {id_}; every image needs an id")
     if distinct != total:
-        duplicate = conn.execute(sa.text(queries.duplicate_id_sql())).scalar()
+        duplicate = queries.duplicate_id(conn)
         raise TableError(f"{src}: {id_} = {duplicate} appears more than once; ids must be unique")
     return queries, int(total)
 
 
-def _check_rows(conn, queries: SourceQueries, src: TableName, shape, normalized: bool):
-    missing = conn.execute(sa.text(queries.null_value_sql())).first()
+def _check_rows(conn, queries: PackingSource, src: TableName, shape, normalized: bool):
+    missing = queries.first_null(conn)
     if missing is not None:
         what = "images" if missing[1] else "label"
         raise TableError(f"{src}: the row with id {missing[0]} has NULL {what}")
-    lengths = conn.execute(sa.text(queries.lengths_sql())).all()
+    lengths = queries.lengths(conn)
     image_shape = _shape(lengths[0][0], shape, src)
     expected = math.prod(image_shape)
     for length, first_id in lengths:
@@ -154,7 +154,7 @@ def _check_rows(conn, queries: SourceQueries, src: TableName, shape, normalized:
             )
     if queries.is_array:
         top = 1.0 if normalized else 255.0
-        bad = conn.execute(sa.text(queries.out_of_range_sql()), {"top": top}).scalar()
+        bad = queries.first_out_of_range(conn, top)
         if bad is not None:
             raise TableError(
                 f"{src}: the row with id {bad} has values outside 0..{top:g}"
@@ -178,13 +178,13 @@ def _shape(length: int, shape, src: TableName) -> tuple[int, int, int]:
     raise TableError(f"{src}: images of {length} values are not square: give shape=(H, W, C)")
 
 
-def _class_values(conn, queries: SourceQueries, src: TableName, given) -> list[str]:
+def _class_values(conn, queries: PackingSource, src: TableName, given) -> list[str]:
     if given is None:
-        return list(conn.execute(sa.text(queries.class_values_sql())).scalars())
+        return queries.class_values(conn)
     values = [str(v) for v in given]
     if len(set(values)) != len(values):
         raise TableError(f"class_values must be distinct, got {values}")
-    unknown = conn.execute(sa.text(queries.unknown_label_sql()), {"values": values}).first()
+    unknown = queries.first_unknown_label(conn, values)
     if unknown is not None:
         raise TableError(
             f"{src}: the row with id {unknown[0]} has label {unknown[1]!r}, not one of the "

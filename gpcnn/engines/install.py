@@ -14,11 +14,9 @@ from importlib import resources
 
 import sqlalchemy as sa
 
-from . import __version__
-from .engines import Database, catalog, connect, roles
-from .engines import functions as sql
-
-IN_DATABASE_MODULES = ("weights", "merge", "segment")  # dependencies first
+from gpcnn import kernel
+from gpcnn.engines import Database, catalog, connect, functions, roles
+from gpcnn.version import __version__
 
 
 class InstallError(RuntimeError):
@@ -26,8 +24,9 @@ class InstallError(RuntimeError):
 
 
 def _sources() -> list[tuple[str, str]]:
-    package = resources.files("gpcnn")
-    return [(name, (package / f"{name}.py").read_text()) for name in IN_DATABASE_MODULES]
+    """The in-database layer, module by module: ``gpcnn.kernel``'s bundle and nothing else."""
+    package = resources.files("gpcnn.kernel")
+    return [(name, (package / f"{name}.py").read_text()) for name in kernel.BUNDLE]
 
 
 def bundle_id() -> str:
@@ -49,7 +48,7 @@ if _package is None:
         _m = types.ModuleType(_name + "." + _module)
         _m.__package__ = _name
         sys.modules[_m.__name__] = _m
-        exec(compile(_source, "gpcnn/" + _module + ".py", "exec"), _m.__dict__)
+        exec(compile(_source, "gpcnn/kernel/" + _module + ".py", "exec"), _m.__dict__)
         setattr(_package, _module, _m)
     GD[_bundle] = _package
 segment = _package.segment
@@ -60,14 +59,14 @@ def statements(schema: str = "gpcnn") -> list[str]:
     """The function and aggregate DDL that ``install`` runs (the engine layer renders it)."""
     qschema = sa.create_engine("postgresql+psycopg2://").dialect.identifier_preparer.quote(schema)
     prefix = _BOOTSTRAP.format(bundle=bundle_id(), sources=_sources())
-    return sql.install_ddl(qschema, prefix, bundle_id())
+    return functions.install_ddl(qschema, prefix, bundle_id())
 
 
 def ensure_plpython(conn: sa.Connection) -> None:
-    if sql.has_plpython(conn):
+    if functions.has_plpython(conn):
         return
     try:
-        sql.create_plpython(conn)
+        functions.create_plpython(conn)
     except sa.exc.DBAPIError as e:
         raise InstallError(
             f"plpython3u is not available in this database ({str(e.orig).strip()}). Install the "
@@ -81,8 +80,6 @@ def install(db: Database | str | None = None) -> str:
     """Create or upgrade gpcnn's functions and tables in the handle's schema, and the role
     ``<schema>_user`` that lets ordinary users run them (``gpcnn.engines.roles``), in one
     transaction; returns the installed version."""
-    from .runs import result_key
-
     db = connect(db)
     backend = db.backend
     with db.begin() as conn:
@@ -94,10 +91,10 @@ def install(db: Database | str | None = None) -> str:
             )
         ensure_plpython(conn)
         backend.ensure_schema(conn, db.schema)
-        sql.drop_existing(conn, db.schema)
+        functions.drop_existing(conn, db.schema)
         for statement in statements(db.schema):
-            sql.run_ddl(conn, statement)
-        catalog.ensure_tables(conn, backend, result_key)
+            functions.run_ddl(conn, statement)
+        catalog.ensure_tables(conn, backend)
         roles.ensure_role(conn, backend)
     return bundle_id()
 
@@ -109,7 +106,7 @@ def uninstall(db: Database | str | None = None, *, keep_data: bool = False) -> N
     db = connect(db)
     backend = db.backend
     with db.begin() as conn:
-        sql.drop_existing(conn, db.schema)
+        functions.drop_existing(conn, db.schema)
         if not keep_data:
             for statement in catalog.drop_ddl(backend):
                 conn.exec_driver_sql(statement)
@@ -119,7 +116,7 @@ def uninstall(db: Database | str | None = None, *, keep_data: bool = False) -> N
 
 
 def installed_version(db: Database | str | None = None) -> str | None:
-    return sql.installed_version(connect(db).backend)
+    return functions.installed_version(connect(db).backend)
 
 
 def ensure_installed(db: Database | str | None = None) -> str:

@@ -8,27 +8,11 @@ error; resumable). ``find_unfinished`` matches runs on the parameters that chang
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 
-from . import weights as wire
-from .engines import Database, catalog, connect
-
-# Parameters that do not change what a run computes: a run may be resumed with other values.
-NON_RESULT_PARAMS = frozenset(
-    {
-        "progress",  # gpcnn 0.1
-        "verbose",
-        "database",
-        "schema",  # gpcnn 0.1
-        "iterations",
-        "warm_start",
-        "validation_table",
-        "validation_data",  # gpcnn 0.1
-        "validation_freq",
-    }
-)
+from gpcnn.engines import Database, catalog, connect
+from gpcnn.kernel import wire
 
 
 @dataclass
@@ -43,16 +27,10 @@ class StoredRun:
     segment_models: dict[int, tuple[bytes, bytes | None]]  # each key's next start
 
 
-def result_key(params: dict) -> str:
-    """A digest of the parameters that change the result (what resume matches on)."""
-    kept = {k: v for k, v in params.items() if k not in NON_RESULT_PARAMS}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:32]
-
-
 def create_run(db: Database, table: str, params: dict, model_json: str) -> int:
     with db.begin() as conn:
-        catalog.ensure_tables(conn, db.backend, result_key)
-        return catalog.insert_run(conn, db.backend, table, params, result_key(params), model_json)
+        catalog.ensure_tables(conn, db.backend)
+        return catalog.insert_run(conn, db.backend, table, params, catalog.result_key(params), model_json)
 
 
 def set_status(db: Database, run_id: int, status: str, error: str | None = None) -> None:
@@ -63,7 +41,7 @@ def set_status(db: Database, run_id: int, status: str, error: str | None = None)
 def load_run(db: Database, run_id: int) -> StoredRun:
     backend = db.backend
     with db.begin() as conn:
-        catalog.ensure_tables(conn, backend, result_key)
+        catalog.ensure_tables(conn, backend)
         run = catalog.run_row(conn, backend, run_id)
         if run is None:
             raise ValueError(f"no run {run_id} in {db.schema}.runs")
@@ -91,13 +69,13 @@ def find_unfinished(db: Database | str | None, table: str, params: dict) -> int 
     """The newest resumable run of this table whose result-changing parameters equal ``params``
     (an estimator's ``stored_params()``) and that stored fewer iterations than asked for; None if
     there is none."""
-    from .tables import describe
+    from gpcnn.data.tables import describe
 
     db = connect(db)
     name = str(describe(db, table).table)
     with db.begin() as conn:
-        catalog.ensure_tables(conn, db.backend, result_key)
-        found = catalog.newest_resumable(conn, db.backend, name, result_key(params))
+        catalog.ensure_tables(conn, db.backend)
+        found = catalog.newest_resumable(conn, db.backend, name, catalog.result_key(params))
     if found is None or found[1] == 0 or found[1] >= int(params["iterations"]):
         return None
     return found[0]
@@ -110,7 +88,7 @@ def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
     """One dict per run: id, table, status, error, iterations stored, bytes stored, times."""
     db = connect(db)
     with db.begin() as conn:
-        catalog.ensure_tables(conn, db.backend, result_key)
+        catalog.ensure_tables(conn, db.backend)
         rows = catalog.run_summaries(conn, db.backend, run_ids)
     return [
         {
@@ -151,5 +129,5 @@ def delete_runs(db: Database | str | None, run_ids) -> int:
     """Delete runs with their iterations and segment models, in one transaction."""
     db = connect(db)
     with db.begin() as conn:
-        catalog.ensure_tables(conn, db.backend, result_key)
+        catalog.ensure_tables(conn, db.backend)
         return catalog.delete_runs(conn, db.backend, [int(r) for r in run_ids])

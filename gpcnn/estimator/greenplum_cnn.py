@@ -21,16 +21,17 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 
-from . import merge, runs, segment, staging
-from . import weights as wire
-from .engines import Database, connect
-from .engines.base import StoredStart
-from .engines.sessions import SegmentSessions
-from .errors import TrainingError, database_call
-from .install import ensure_installed
-from .predictions import write_predictions
-from .tables import ImageTable, TableName, describe
-from .training import Training, evaluate_table, plan_slices
+from gpcnn.data import staging
+from gpcnn.data.tables import ImageTable, TableName, describe
+from gpcnn.engines import Database, connect
+from gpcnn.engines.base import StoredStart
+from gpcnn.engines.install import ensure_installed
+from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.fit import rules, runs
+from gpcnn.fit.errors import TrainingError, database_call
+from gpcnn.fit.predictions import write_predictions
+from gpcnn.fit.training import Training, evaluate_table, plan_slices
+from gpcnn.kernel import segment, wire
 
 PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
 LOG = logging.getLogger("gpcnn")
@@ -128,8 +129,8 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     # -- setup ------------------------------------------------------------------------------
 
     def _check_params(self) -> None:
-        if self.merge not in merge.RULES:
-            raise ValueError(f"merge={self.merge!r}: choose one of {', '.join(merge.RULES)}")
+        if self.merge not in rules.RULES:
+            raise ValueError(f"merge={self.merge!r}: choose one of {', '.join(rules.RULES)}")
         if self.optimizer_state not in OPTIMIZER_STATES:
             raise ValueError(
                 f"optimizer_state={self.optimizer_state!r}: choose one of {OPTIMIZER_STATES}"
@@ -288,7 +289,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         compile_options = self._compile_options()
         model_json = self.model.to_json()
         manifest = wire.manifest(self.model)
-        rule = merge.make_rule(
+        rule = rules.make_rule(
             self.merge, wire.trainable_mask(manifest), info.segments, **(self.merge_options or {})
         )
         slices = plan_slices(db, info, self.merges_per_epoch, self.local_epochs)
@@ -592,7 +593,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         }
         if routed:
             options = {**(params.get("merge_options", self.merge_options) or {}), **routed}
-            merge.check_options(params.get("merge", self.merge), options, segments=1)
+            rules.check_options(params.get("merge", self.merge), options, segments=1)
             params["merge_options"] = options
         return super().set_params(**params)
 

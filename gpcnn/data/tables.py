@@ -17,12 +17,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import sqlalchemy as sa
 
-from . import __version__
-from .engines import Backend, Database, catalog, connect
-from .engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
-from .segment import LABEL_DTYPE, decode_images, decode_labels
+from gpcnn.engines import Backend, Connection, Database, catalog, connect
+from gpcnn.engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
+from gpcnn.kernel.segment import LABEL_DTYPE, decode_images, decode_labels
+from gpcnn.version import __version__
 
 IMAGES_PER_BUFFER_28x28 = 1_000
 BUFFERS_PER_SEGMENT = 4  # aim for several buffers per segment when the data allows
@@ -321,7 +320,7 @@ class ImageTable:
         return sum(self.images_per_segment)
 
 
-def resolved_name(conn: sa.Connection, table: TableName) -> TableName:
+def resolved_name(conn: Connection, table: TableName) -> TableName:
     return TableName(table.schema or catalog.current_schema(conn), table.name)
 
 
@@ -462,7 +461,7 @@ def load_images(
     ``x, y`` are arrays, dealt to the segments in a random order from ``seed``: equal IID shards,
     or with ``distribution="label-skew"`` each class split among the segments in proportions
     drawn from Dirichlet(``skew``) (``deal``). Or ``x`` is an image folder
-    (``gpcnn.datasets.load_image_folder``: already shuffled; decoded chunk by chunk while the COPY
+    (``gpcnn.data.datasets.load_image_folder``: already shuffled; decoded chunk by chunk while the COPY
     runs, so memory stays bounded). ``ids`` name the images (default: the input position; for a
     folder, the file's position in its sorted listing). The catalog records the distribution and
     every segment's class mix."""

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import contextlib
 
-from .engines import Database, catalog
-from .engines.sessions import SegmentSessions
-from .errors import database_call
-from .tables import STAGING_SUFFIX, ImageTable, TableError, TableName, checked_name, resolved_name
+from gpcnn.data.tables import (
+    STAGING_SUFFIX,
+    ImageTable,
+    TableError,
+    TableName,
+    checked_name,
+    resolved_name,
+)
+from gpcnn.engines import Database, catalog
+from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.fit.errors import database_call
 
 PRED_TYPES = ("response", "prob", "topk")
 

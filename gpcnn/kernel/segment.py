@@ -1,6 +1,6 @@
 """The code that runs inside the database, one segment at a time.
 
-Plain Python: the installer copies this module (with ``weights`` and ``merge``) into the bodies of the
+Plain Python: the installer copies this module (with ``wire`` and ``averaging``) into the bodies of the
 ``plpython3u`` functions, and tests import it directly. Everything arrives as arguments: nothing here
 reads tables (on Greenplum a UDF may not query during a distributed query).
 
@@ -13,7 +13,7 @@ The training aggregate, MADlib-style (docs/design.md, The aggregate protocol), w
   this process's outbox; the state itself only ever holds counts, sums and a token.
 - ``state_chunks`` (later in the same statement, same process) hands the vector on as chunk rows.
 - ``merge_chunk_transition`` / ``merge_chunk_final`` merge one chunk of the K vectors: float64
-  sums of ``n * w``, exact integer counts, then ``S / n`` (``merge.accumulate`` / ``finish``).
+  sums of ``n * w``, exact integer counts, then ``S / n`` (``averaging.accumulate`` / ``finish``).
 - ``merge`` / ``final`` add small states and give the image-weighted loss and metrics.
 """
 
@@ -32,8 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from . import merge as rules
-from . import weights as wire
+from . import averaging, wire
 
 STATE_MAGIC = b"GPCS"
 RESULT_MAGIC = b"GPCR"
@@ -491,7 +490,7 @@ def merge_chunk_transition(state: bytes | None, chunk: int, count: int, data: by
     if chunk < 0:
         previous = None if state is None else _unpack(state, CHUNK_MAGIC)[1]
         return _pack(CHUNK_MAGIC, {"chunk": -1}, merge(previous, data))
-    contribution = rules.accumulate(wire.from_bytes(data), count)
+    contribution = averaging.accumulate(wire.from_bytes(data), count)
     if state is None:
         return _pack(
             CHUNK_MAGIC, {"chunk": int(chunk), "count": int(count)}, contribution.tobytes()
@@ -508,7 +507,7 @@ def merge_chunk_final(state: bytes | None) -> bytes | None:
     header, payload = _unpack(state, CHUNK_MAGIC)
     if header["chunk"] < 0:
         return bytes(payload)
-    return wire.to_bytes(rules.finish(np.frombuffer(payload, dtype="<f8"), header["count"]))
+    return wire.to_bytes(averaging.finish(np.frombuffer(payload, dtype="<f8"), header["count"]))
 
 
 def on_segment(key: int, function, *args):

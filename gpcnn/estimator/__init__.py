@@ -1,0 +1,6 @@
+"""The estimator layer: ``GreenplumCNN``, the scikit-learn and Keras style facade over the fit."""
+
+from gpcnn.estimator.greenplum_cnn import OPTIMIZER_STATES, GreenplumCNN
+from gpcnn.fit.errors import TrainingError
+
+__all__ = ["OPTIMIZER_STATES", "GreenplumCNN", "TrainingError"]
