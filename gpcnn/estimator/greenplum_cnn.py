@@ -134,8 +134,8 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     Notes
     -----
     ``X`` is a table name, or images (N, H, W) or (N, H, W, C) with labels ``y`` (staged into a
-    table for the estimator's lifetime); 2-D arrays are refused, not guessed at (README,
-    "scikit-learn", lists how scikit-learn's estimator checks fare).
+    table for the estimator's lifetime); 2-D arrays are refused, not guessed at (README's "Use"
+    lists how scikit-learn's estimator checks fare).
 
     Examples
     --------
@@ -195,8 +195,8 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self):
         """What scikit-learn may pass: a table name, or images (N, H, W[, C]) of non-negative
         pixels, dense, with labels; not 2-D feature rows (``gpcnn.data.arrays`` says why), so
-        scikit-learn's generic estimator checks, which feed 2-D arrays, are skipped (README,
-        "scikit-learn", lists how each fares). ``fit(table)`` needs no y: the table holds it."""
+        scikit-learn's generic estimator checks, which feed 2-D arrays, are skipped (README's
+        "Use" lists how each fares). ``fit(table)`` needs no y: the table holds it."""
         tags = super().__sklearn_tags__()
         tags.input_tags.two_d_array = False
         tags.input_tags.three_d_array = True
