@@ -64,7 +64,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ] || [ ! -x "$venv/b
   chmod 755 "$venv_root" "$(dirname "$venv_root")" 2>/dev/null || true
   [ -x "$venv/bin/python" ] || "$server_python" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r requirements.lock
-  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+  # The extras (study: matplotlib, mlxtend; dev) come pinned from the lock: without --no-deps and
+  # with --no-index, pip checks that the lock holds everything setup.cfg asks for.
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-build-isolation \
+    -e ".[study,dev]"
   chmod -R a+rX "$venv"
   echo "$lock_hash" >"$stamp"
 fi

@@ -54,7 +54,46 @@ def pack_table(
     (H, W, C); by default a square gray (L = s²) or RGB (L = 3s²) image. ``y_column``: labels of any
     type, mapped to classes 0..C-1 in the order of ``class_values`` (default: the distinct labels,
     sorted; pack a validation table with the training table's ``class_names``). ``id_column``:
-    an integer id per row, required (a row order is not an id)."""
+    an integer id per row, required (a row order is not an id).
+
+    Parameters
+    ----------
+    db : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    source : str or (schema, table)
+        A table with one row per image, already in the database.
+    target : str or (schema, table)
+        The image table to create (not ``source``).
+    x_column, y_column, id_column : str
+        The columns of the pixels, the labels and the ids, as described above.
+    shape : (H, W, C), optional
+        The image shape, when not a square gray or RGB image.
+    normalized : bool, default False
+        Pixel values are 0..1 instead of 0..255.
+    segments, buffer_size, seed, replace
+        As in ``load_images``; with the same ``seed`` the table equals ``load_images`` of the
+        same arrays in id order.
+    class_values : sequence, optional
+        The labels in class order (default: the distinct labels, sorted).
+
+    Returns
+    -------
+    ImageTable
+        The new table as the catalog describes it.
+
+    Raises
+    ------
+    TableError
+        A missing column or one of the wrong type, a row of the wrong length or out of range
+        (named by its id), more segments than rows, or ``target`` exists without ``replace``.
+    InstallError
+        gpcnn's functions are missing and the user may not install them.
+
+    Examples
+    --------
+    >>> gpcnn.pack_table(db, "raw.images", "fm.packed", x_column="pixels", y_column="label",
+    ...                  id_column="image_id", segments=4)
+    """
     db = connect(db)
     ensure_installed(db)  # the packing runs gpcnn's functions on the segments
     backend = db.backend

@@ -464,7 +464,60 @@ def load_images(
     (``gpcnn.data.datasets.load_image_folder``: already shuffled; decoded chunk by chunk while the COPY
     runs, so memory stays bounded). ``ids`` name the images (default: the input position; for a
     folder, the file's position in its sorted listing). The catalog records the distribution and
-    every segment's class mix."""
+    every segment's class mix.
+
+    Parameters
+    ----------
+    db : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    table : str or (schema, table)
+        The image table to create.
+    x : ndarray or ImageFolder
+        Images (N, H, W) or (N, H, W, C), uint8 0..255 or float in [0, 1] (stored as uint8); or a
+        folder from ``load_image_folder``.
+    y : ndarray, optional
+        One class index (0..classes-1) per image; None for a folder, which carries its labels.
+    ids : array of int, optional
+        Distinct image ids, kept through training and predictions.
+    segments : int, optional
+        How many segments to spread the images over (default: the engine's).
+    buffer_size : int, optional
+        Images per row (default: several buffers per segment, about 1,000 28×28 images each).
+    num_classes : int, optional
+        The number of classes (default: the largest label + 1, or ``len(class_names)``).
+    class_names : sequence of str, optional
+        A name per class, stored in the catalog and written with predictions.
+    seed : int, default 0
+        The shuffle before the images are dealt.
+    distribution : {"iid", "label-skew"}
+        Equal random shards, or each class split by Dirichlet(``skew``).
+    skew : float, optional
+        The Dirichlet concentration for ``distribution="label-skew"``.
+    replace : bool, default False
+        Replace an existing table (atomically) instead of refusing.
+    progress : bool, default True
+        Show a progress bar while the rows are copied.
+    source : str, optional
+        Where the images came from, recorded in the catalog.
+
+    Returns
+    -------
+    ImageTable
+        The table as the catalog describes it: segments, image shape, classes, counts.
+
+    Raises
+    ------
+    TableError
+        Bad images, labels or ids, more segments than images, or ``table`` exists without
+        ``replace`` (a ``ValueError``; each message says what to change).
+
+    Examples
+    --------
+    >>> from gpcnn.data.datasets import load_fashion_mnist
+    >>> data = load_fashion_mnist()
+    >>> gpcnn.load_images(db, "fm.train", data.x_train, data.y_train, segments=4,
+    ...                   class_names=data.class_names)
+    """
     if class_names is not None:
         class_names = [str(c) for c in class_names]
     if _is_chunked(x):
@@ -628,7 +681,34 @@ def _copy_buffers(conn, backend, table, chunks, total: int | None, label: str) -
 
 def read_images(db: Database | str | None, table, *, ids: bool = False):
     """All images (uint8 N×H×W×C) and labels of an image table, in ``buffer_id`` order, and with
-    ``ids=True`` their ids too: ``(x, y)`` or ``(x, y, ids)``."""
+    ``ids=True`` their ids too: ``(x, y)`` or ``(x, y, ids)``.
+
+    Parameters
+    ----------
+    db : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    table : str or (schema, table)
+        A gpcnn image table.
+    ids : bool, default False
+        Also return every image's id.
+
+    Returns
+    -------
+    x : ndarray of uint8, shape (N, H, W, C)
+    y : ndarray of int32, shape (N,)
+    ids : ndarray of int64, shape (N,)
+        Only with ``ids=True``.
+
+    Raises
+    ------
+    TableError
+        ``table`` is not a gpcnn image table, or (``ids=True``) was loaded by gpcnn 0.1, without
+        ids.
+
+    Examples
+    --------
+    >>> x, y, ids = gpcnn.read_images(db, "fm.test", ids=True)
+    """
     db = connect(db)
     info = describe(db, table)
     if ids:

@@ -193,7 +193,40 @@ def connect(
     chunk_bytes: int | None = None,
 ) -> Database:
     """The handle for ``url``, else ``$GPCNN_DATABASE_URL``, else the embedded cluster (started if
-    needed); the same handle again for the same arguments until it is closed."""
+    needed); the same handle again for the same arguments until it is closed.
+
+    Parameters
+    ----------
+    url : str, sqlalchemy.URL, Database or None
+        A PostgreSQL or Greenplum URL (any driver prefix becomes psycopg2), or a handle, returned
+        as it is. None: ``$GPCNN_DATABASE_URL``, else the embedded PostgreSQL of ``$GPCNN_HOME``.
+    schema : str, default "gpcnn"
+        The schema of gpcnn's functions, runs and catalog for everything done with this handle.
+    dispatch : {None, "statement"}
+        How iterations reach the segments: None, the engine's own way; ``"statement"``, one
+        statement for all segments in one session, as on Greenplum.
+    chunk_bytes : int, optional
+        The size of the chunks that carry weights to and from the segments (default 1 MiB).
+
+    Returns
+    -------
+    Database
+        A handle that pickles without its password and is shared until ``close()``.
+
+    Raises
+    ------
+    sqlalchemy.exc.ArgumentError
+        ``url`` is not a database URL.
+    RuntimeError
+        No URL and no embedded cluster registered, or the embedded cluster cannot start (an
+        ``EmbeddedError``, naming why and what to run).
+
+    Examples
+    --------
+    >>> import gpcnn
+    >>> db = gpcnn.connect()                      # the embedded PostgreSQL
+    >>> db = gpcnn.connect("postgresql://gpadmin@mdw:5432/gpdb", dispatch="statement")
+    """
     if isinstance(url, Database):
         return url
     if url is None:

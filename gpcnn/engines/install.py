@@ -79,7 +79,31 @@ def ensure_plpython(conn: sa.Connection) -> None:
 def install(db: Database | str | None = None) -> str:
     """Create or upgrade gpcnn's functions and tables in the handle's schema, and the role
     ``<schema>_user`` that lets ordinary users run them (``gpcnn.engines.roles``), in one
-    transaction; returns the installed version."""
+    transaction; returns the installed version.
+
+    Parameters
+    ----------
+    db : Database, str or None
+        A handle from ``gpcnn.connect`` (its schema is the one installed into), a URL, or None for
+        the default database. Needs a superuser: ``plpython3u`` is untrusted.
+
+    Returns
+    -------
+    str
+        The bundle id: gpcnn's version plus a hash of the code the database runs.
+
+    Raises
+    ------
+    InstallError
+        The user is not a superuser (the message gives the GRANT that lets them use an install
+        made by one), or ``plpython3u`` is missing from the server.
+
+    Examples
+    --------
+    >>> import gpcnn
+    >>> gpcnn.install(gpcnn.connect(schema="gpcnn"))  # doctest: +SKIP
+    '0.2.0+...'
+    """
     db = connect(db)
     backend = db.backend
     with db.begin() as conn:

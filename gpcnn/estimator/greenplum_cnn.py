@@ -21,7 +21,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 
-from gpcnn.data import staging
+from gpcnn.data import arrays, staging
 from gpcnn.data.tables import ImageTable, TableName, describe
 from gpcnn.engines import Database, connect
 from gpcnn.engines.base import StoredStart
@@ -75,6 +75,76 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     ``shuffle=True`` trains each buffer's images in a new order every iteration (what Keras's
     ``fit`` inside MADlib's transition does); the default keeps the stored order, which the study
     in docs/convergence.md used and the in-process references reproduce.
+
+    Parameters
+    ----------
+    model : keras.Model
+        The CNN; its input is the table's image shape (H, W, C), its last layer has one unit
+        per class. Never changed: ``model_`` is a copy.
+    optimizer : str or keras.optimizers.Optimizer, default "sgd"
+        What each segment trains with.
+    learning_rate : float or None, default 0.01
+        Replaces the optimizer's rate; None keeps it.
+    loss : str, default "sparse_categorical_crossentropy"
+    metrics : sequence of str, default ("accuracy",)
+        Only metrics that are means over images (they are merged across segments).
+    batch_size : int, default 32
+    shuffle : bool, default False
+        A new order of each buffer's images every iteration.
+    iterations : int, default 10
+        The total number of merges, like Keras's ``epochs``.
+    local_epochs : int, default 1
+        Passes over its rows that each segment trains between merges.
+    merges_per_epoch : int, default 1
+        Merges per pass over the data (each segment trains a slice of its rows in between).
+    merge : {"average", "bmuf", "easgd", "none"}, default "average"
+        How the segment models are combined (``gpcnn.fit.rules``).
+    merge_options : dict, optional
+        The rule's options (e.g. BMUF's ``eta``); also ``merge__<name>`` in ``set_params``.
+    optimizer_state : {"reset", "local", "average"}, default "reset"
+        What becomes of each segment's optimizer state (momentum) across merges.
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    validation_table : str, (schema, table) or None
+        A table evaluated after each iteration due (``validation_freq``).
+    validation_freq : int or sequence of int, default 1
+        As in Keras: every n-th iteration, or the listed ones.
+    seed : int, optional
+        Makes shuffles and staging reproducible.
+    threads_per_segment : int, optional
+        TensorFlow threads in each segment (default: the cores shared among the segments).
+    verbose : {0, 1, 2}, default 1
+        Silent, a progress bar, or a line per iteration.
+    warm_start : bool, default False
+        ``fit`` continues from ``model_`` up to ``iterations`` in all.
+
+    Attributes
+    ----------
+    model_ : keras.Model
+        A local model with the merged weights.
+    history_ : list of dict
+        One row per iteration: loss, metrics, val_*, seconds, ...
+    run_id_ : int
+        The run in ``gpcnn.runs``; ``fit(table, resume=run_id_)`` continues it.
+    segments_ : int
+    classes_ : ndarray
+        ``0..units-1``: labels are class indices.
+    class_names_ : tuple of str
+
+    Notes
+    -----
+    ``X`` is a table name, or images (N, H, W) or (N, H, W, C) with labels ``y`` (staged into a
+    table for the estimator's lifetime); 2-D arrays are refused, not guessed at (README's "Use"
+    lists how scikit-learn's estimator checks fare).
+
+    Examples
+    --------
+    >>> import gpcnn
+    >>> from gpcnn.study.models import small_cnn
+    >>> est = GreenplumCNN(small_cnn(), iterations=10, merge="bmuf", seed=0,
+    ...                    database=gpcnn.connect())
+    >>> est.fit("fm.train").score("fm.test")  # doctest: +SKIP
+    0.87
     """
 
     def __init__(
@@ -121,6 +191,19 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         self.threads_per_segment = threads_per_segment
         self.verbose = verbose
         self.warm_start = warm_start
+
+    def __sklearn_tags__(self):
+        """What scikit-learn may pass: a table name, or images (N, H, W[, C]) of non-negative
+        pixels, dense, with labels; not 2-D feature rows (``gpcnn.data.arrays`` says why), so
+        scikit-learn's generic estimator checks, which feed 2-D arrays, are skipped (README's
+        "Use" lists how each fares). ``fit(table)`` needs no y: the table holds it."""
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.three_d_array = True
+        tags.input_tags.positive_only = True
+        tags.input_tags.sparse = False
+        tags.target_tags.required = False
+        return tags
 
     def __sklearn_clone__(self) -> GreenplumCNN:
         # The model is never modified, so clones may share it (deep-copying Keras models is slow).
@@ -233,14 +316,22 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         callbacks, called per iteration with ``model_`` as their model. ``resume=run_id``
         continues a stored run."""
         self._check_params()
+        X, y = _checked_input(X, y, at_least_two=True)
         db = self._db()
         table = self._training_table(db, X, y)
         validation = self.validation_table if validation_data is None else validation_data
         return self._fit(db, table, validation, callbacks, resume, self.iterations)
 
-    def partial_fit(self, X, y=None, *, callbacks=None, validation_data=None) -> GreenplumCNN:
+    def partial_fit(
+        self, X, y=None, *, classes=None, callbacks=None, validation_data=None
+    ) -> GreenplumCNN:
         """One more iteration: of the current run when ``X`` is its table, else from ``model_``'s
-        weights in a new run (the history goes on)."""
+        weights in a new run (the history goes on). ``classes``, as in scikit-learn, lists every
+        class ``y`` may hold: for gpcnn always ``range(units)`` of the model's last layer, so it
+        may be omitted, and a batch may hold one class only."""
+        if classes is not None:
+            arrays.check_classes(classes, int(self.model.output_shape[-1]))
+        X, y = _checked_input(X, y, at_least_two=False)
         if not hasattr(self, "model_"):
             self._check_params()
             db = self._db()
@@ -487,6 +578,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         ``buffer_id`` order, as ``read_images`` returns them)."""
         self._require_fitted()
         if not _is_table(x):
+            x = arrays.check_images(x)
             return np.asarray(self.model_.predict(_model_input(x), batch_size=1000, verbose=0))
         info = self._table_info(x)
         backend = self._db().backend
@@ -763,6 +855,14 @@ def _resume_hint(run_id: int, history: list[dict]) -> str:
         return f"run {run_id} stored no iteration: start a new fit"
     last = history[-1]["iteration"]
     return f"run {run_id} keeps iteration {last}: fit(table, resume={run_id}) continues it"
+
+
+def _checked_input(X, y, *, at_least_two: bool):
+    """A table as it is (``_training_table`` checks its y), arrays through ``gpcnn.data.arrays``
+    before anything reaches the database."""
+    if _is_table(X):
+        return X, y
+    return arrays.check_training(X, y, at_least_two=at_least_two)
 
 
 def _is_table(x) -> bool:
