@@ -43,7 +43,7 @@ def _raw_copy_bytes(x: np.ndarray, y: np.ndarray, segments: int, seed: int) -> b
     size = tables.default_buffer_size(len(x), segments, x.shape[1:])
     buffers = tables.plan_buffers(len(x), list(range(segments)), size)
     ids = tables.validate_ids(None, len(x))
-    return b"".join(tables._copy_chunks(tables._array_rows(buffers, x, y, ids, order)))
+    return b"".join(tables._copy_stream(tables._array_rows(buffers, x, y, ids, order)))
 
 
 def _checkpoint(engine: sa.Engine) -> None:
