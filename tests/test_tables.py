@@ -910,7 +910,7 @@ def test_an_image_folder_loads_chunk_by_chunk(engine, schema, tmp_path, capsys):
     from gpcnn.data.datasets import load_image_folder
 
     root = _folder(tmp_path / "imgs", {"a": [(5, 7)] * 4, "b": [(9, 3)] * 3})
-    folder = load_image_folder(root, size=(6, 6), color="rgb", seed=1, chunk_size=2)
+    folder = load_image_folder(root, size=(6, 6), color="rgb", seed=1, batch_size=2)
     info = load_images(engine, f"{IMG}.folder", folder, segments=2, buffer_size=2, progress=False)
     assert info.images == 7 and info.image_shape == (6, 6, 3)
     assert info.class_names == ("a", "b") and info.num_classes == 2

@@ -434,9 +434,9 @@ def validate_ids(ids, count: int) -> np.ndarray:
     return ids.astype(ID_DTYPE)
 
 
-def _is_chunked(x) -> bool:
+def _is_folder(x) -> bool:
     """An image folder (``datasets.ImageFolder``) or anything shaped like one."""
-    return all(hasattr(x, a) for a in ("chunks", "class_names", "image_shape", "__len__"))
+    return all(hasattr(x, a) for a in ("batches", "class_names", "image_shape", "__len__"))
 
 
 def load_images(
@@ -462,13 +462,13 @@ def load_images(
     ``x, y`` are arrays, dealt to the segments in a random order from ``seed``: equal IID shards,
     or with ``distribution="label-skew"`` each class split among the segments in proportions
     drawn from Dirichlet(``skew``) (``deal``). Or ``x`` is an image folder
-    (``gpcnn.data.datasets.load_image_folder``: already shuffled; decoded chunk by chunk while the COPY
+    (``gpcnn.data.datasets.load_image_folder``: already shuffled; decoded batch by batch while the COPY
     runs, so memory stays bounded). ``ids`` name the images (default: the input position; for a
     folder, the file's position in its sorted listing). The catalog records the distribution and
     every segment's class mix."""
     if class_names is not None:
         class_names = [str(c) for c in class_names]
-    if _is_chunked(x):
+    if _is_folder(x):
         if y is not None:
             raise TableError("an image folder carries its labels: pass y=None")
         class_names = class_names or list(x.class_names)
@@ -502,7 +502,7 @@ def load_images(
         raise TableError(f"buffer_size must be >= 1, got {buffer_size}")
     size = min(size, math.ceil(count / k))  # every segment gets at least one buffer
     name = checked_name(table)
-    if _is_chunked(x):
+    if _is_folder(x):
         order = np.arange(count)
         counts = [len(s) for s in np.array_split(order, k)]
     else:
@@ -510,8 +510,8 @@ def load_images(
     mixes = class_counts(labels, order, counts, classes)
 
     def rows(buffers):
-        if _is_chunked(x):
-            return _folder_rows(buffers, x.chunks(progress=progress), ids)
+        if _is_folder(x):
+            return _folder_rows(buffers, x.batches(progress=progress), ids)
         return _array_rows(buffers, x, y, ids, order)
 
     payload = count * (math.prod(image_shape) + LABEL_DTYPE.itemsize + ID_DTYPE.itemsize)

@@ -180,13 +180,19 @@ def copy(
 ) -> None:
     """Run one binary COPY on a DBAPI connection: ``file`` a ``CopyStream`` (``FROM STDIN``, read
     ``size`` bytes at a time) or a ``BinaryRows`` (``TO STDOUT``; ``params`` bound into the
-    query). When making the stream failed, that error is raised, not the driver's report of the
-    COPY it aborted (or, as psycopg2 sometimes does, no error at all)."""
+    query). One error reaches the caller: when making the stream failed, that one, not the
+    driver's report of the COPY it aborted (or, as psycopg2 sometimes does, no error at all)."""
     try:
         with connection.cursor() as cursor:
             if params is not None:
                 sql = cursor.mogrify(sql, params).decode()
             cursor.copy_expert(sql, file, size=size)
+    except SystemError as e:
+        # psycopg2 may decode the server's last message with its own error already set (a
+        # terminated server process): the driver's error is the one to report.
+        if type(e.__cause__).__module__.startswith("psycopg2"):
+            raise e.__cause__ from None
+        raise
     except Exception as e:
         if getattr(file, "error", None) is not None:
             raise file.error from e
