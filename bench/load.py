@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 import gpcnn
 from gpcnn.data import datasets, tables
+from gpcnn.engines.transport import copy
 
 SCHEMA = "gpcnn_bench"
 TARGET_MBS = 100.0
@@ -65,8 +66,7 @@ def time_raw_copy(engine: sa.Engine, backend, data: bytes) -> float:
     conn = engine.raw_connection()
     try:
         start = time.perf_counter()
-        with conn.cursor() as cursor:
-            cursor.copy_expert(backend.copy_sql(raw), io.BytesIO(data), size=1 << 20)
+        copy(conn, backend.copy_sql(raw), io.BytesIO(data))
         conn.commit()
         return time.perf_counter() - start
     finally:

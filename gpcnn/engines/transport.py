@@ -178,10 +178,11 @@ COPY_READ_BYTES = 1 << 20  # what the driver reads of a CopyStream at a time
 def copy(
     connection, sql: str, file, params: Mapping | None = None, size: int = COPY_READ_BYTES
 ) -> None:
-    """Run one binary COPY on a DBAPI connection: ``file`` a ``CopyStream`` (``FROM STDIN``, read
-    ``size`` bytes at a time) or a ``BinaryRows`` (``TO STDOUT``; ``params`` bound into the
-    query). One error reaches the caller: when making the stream failed, that one, not the
-    driver's report of the COPY it aborted (or, as psycopg2 sometimes does, no error at all)."""
+    """Run one COPY on a DBAPI connection, the only place gpcnn does: ``file`` is read for
+    ``FROM STDIN`` (a ``CopyStream``, ``size`` bytes at a time) or written for ``TO STDOUT`` (a
+    ``BinaryRows``; ``params`` bound into the query). One error reaches the caller: when making
+    the stream failed, that one, not the driver's report of the COPY it aborted (or, as psycopg2
+    sometimes does, no error at all)."""
     try:
         with connection.cursor() as cursor:
             if params is not None:
