@@ -1,4 +1,4 @@
-"""The client's merge of K result streams: as they arrive (``StreamingMerge``, what gpcnn does)
+"""The client's merge of K result streams: as they arrive (``StreamingAverage``, what gpcnn does)
 against after every row came back (what it did before), at 25M weights, K = 2 (issue 12).
 
     .venv/bin/python bench/client_merge.py [--repeats 5]
@@ -24,7 +24,7 @@ import gpcnn
 from gpcnn.engines import base
 from gpcnn.fit import runs
 
-STREAMING = base.StreamingMerge
+STREAMING = base.StreamingAverage
 
 
 class MergedAtTheEnd(STREAMING):
@@ -56,14 +56,14 @@ def main() -> None:
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(1, args.repeats + 1):
         for name, merger in variants.items():
-            base.StreamingMerge = merger
+            base.StreamingAverage = merger
             try:
                 est = overhead.estimator(db, overhead.dense_model(25), iterations=3)
                 with est:
                     est.fit(table)
                 gpcnn.release_sessions()
             finally:
-                base.StreamingMerge = STREAMING
+                base.StreamingAverage = STREAMING
             steady = [row["seconds"] for row in est.history_[1:]]
             seconds[name] += steady
             runs.delete_runs(db, [est.run_id_])

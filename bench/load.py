@@ -30,6 +30,7 @@ import sqlalchemy as sa
 
 import gpcnn
 from gpcnn.data import datasets, tables
+from gpcnn.engines.transport import copy
 
 SCHEMA = "gpcnn_bench"
 TARGET_MBS = 100.0
@@ -43,7 +44,7 @@ def _raw_copy_bytes(x: np.ndarray, y: np.ndarray, segments: int, seed: int) -> b
     size = tables.default_buffer_size(len(x), segments, x.shape[1:])
     buffers = tables.plan_buffers(len(x), list(range(segments)), size)
     ids = tables.validate_ids(None, len(x))
-    return b"".join(tables._copy_chunks(tables._array_rows(buffers, x, y, ids, order)))
+    return b"".join(tables._copy_stream(tables._array_rows(buffers, x, y, ids, order)))
 
 
 def _checkpoint(engine: sa.Engine) -> None:
@@ -65,8 +66,7 @@ def time_raw_copy(engine: sa.Engine, backend, data: bytes) -> float:
     conn = engine.raw_connection()
     try:
         start = time.perf_counter()
-        with conn.cursor() as cursor:
-            cursor.copy_expert(backend.copy_sql(raw), io.BytesIO(data), size=1 << 20)
+        copy(conn, backend.copy_sql(raw), io.BytesIO(data))
         conn.commit()
         return time.perf_counter() - start
     finally:

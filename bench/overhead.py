@@ -58,7 +58,8 @@ import numpy as np
 
 import gpcnn
 from gpcnn.data.tables import load_images
-from gpcnn.engines import base, catalog
+from gpcnn.engines import base, transport
+from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
@@ -89,13 +90,13 @@ def _timed(owner, name: str, part: str) -> None:
 
 
 for owner, name, part in (
-    (base.Backend, "write_transfer", "send"),
-    (base.Backend, "delete_transfer", "send"),
+    (transport, "write_transfer", "send"),
+    (transport, "delete_transfer", "send"),
     (SegmentSessions, "map", "query"),
-    (base.StreamingMerge, "close", "merge"),
-    (base, "_per_key_rows", "decode"),
-    (base, "_merged_rows", "decode"),
-    (catalog, "store_checkpoint", "store"),
+    (base.StreamingAverage, "close", "merge"),
+    (base, "per_key_result", "decode"),
+    (base, "merged_result", "decode"),
+    (Catalog, "store_checkpoint", "store"),
     (Training, "_store", "row"),  # the row, the commit, the wait for the last retention delete
 ):
     _timed(owner, name, part)

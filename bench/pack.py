@@ -26,6 +26,7 @@ import gpcnn
 from gpcnn.data import datasets
 from gpcnn.engines.catalog import relation_exists
 from gpcnn.engines.packing import SourceQueries
+from gpcnn.engines.transport import copy
 
 SCHEMA = "gpcnn_bench_pack"  # gpcnn's functions and the image tables
 DATA = "gpcnn_bench_pack_rows"  # the source table
@@ -43,8 +44,7 @@ def build_source(db: gpcnn.Database, x: np.ndarray, y: np.ndarray) -> None:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {DATA} CASCADE")
         conn.exec_driver_sql(f"CREATE SCHEMA {DATA}")
         conn.exec_driver_sql(f"CREATE TABLE {SOURCE} (id bigint, img smallint[], label integer)")
-        with conn.connection.driver_connection.cursor() as cursor:
-            cursor.copy_expert(f"COPY {SOURCE} FROM STDIN", lines)
+        copy(conn.connection.driver_connection, f"COPY {SOURCE} FROM STDIN", lines)
         conn.exec_driver_sql(f"ANALYZE {SOURCE}")
 
 

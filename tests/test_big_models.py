@@ -18,9 +18,14 @@ from test_training import estimator, reference, shards
 
 import gpcnn
 from gpcnn.data.tables import load_images
-from gpcnn.engines import catalog
-from gpcnn.engines.base import MERGE_LEAD_CHUNKS, StreamingMerge
-from gpcnn.engines.copy import BinaryRows, chunk_rows
+from gpcnn.engines import migrations
+from gpcnn.engines.catalog import Catalog
+from gpcnn.engines.transport import (
+    AVERAGE_LEAD_CHUNKS,
+    BinaryRows,
+    StreamingAverage,
+    chunk_rows,
+)
 from gpcnn.fit import runs
 from gpcnn.fit.training import Retention
 from gpcnn.kernel import segment, wire
@@ -183,7 +188,7 @@ def test_merges_keep_counts_exact_beyond_float32(engine):
     assert merged_state["sums"]["loss"] == 0.5 * (big + 3)
     np.testing.assert_array_equal(np.frombuffer(bytes(rows[1][1]), dtype="<f4"), exact)
 
-    client_merge = StreamingMerge([2, 0, 1], chunk_values=vectors[0].size)
+    client_merge = StreamingAverage([2, 0, 1], chunk_values=vectors[0].size)
     for key in (2, 0, 1):  # in any order of arrival
         values = segment.encode_state(
             {**segment.decode_state(states[key]), "values": vectors[0].size}
@@ -197,7 +202,7 @@ def test_merges_keep_counts_exact_beyond_float32(engine):
     assert client.metrics == {"images": big + 3, "loss": 0.5}
 
 
-def _stream(merger: StreamingMerge, key: int, count: int, vector: np.ndarray, chunk: int):
+def _stream(merger: StreamingAverage, key: int, count: int, vector: np.ndarray, chunk: int):
     """What one key's result stream hands the merge: its state, then its chunks in order."""
     state = segment.encode_state({"count": count, "sums": {"loss": 0.0}, "values": vector.size})
     merger.add((key, -1, count, state))
@@ -219,12 +224,12 @@ def test_the_client_merge_makes_a_stream_that_runs_ahead_wait_for_the_slowest():
     """Key 0's stream arrives whole before key 1's starts: it waits a few chunks ahead (its
     segment holds its vector anyway) instead of the client holding all of it."""
     vectors, counts, exact = _streams()
-    merger = StreamingMerge([0, 1], chunk_values=5)
+    merger = StreamingAverage([0, 1], chunk_values=5)
     ahead = threading.Thread(target=_stream, args=(merger, 0, counts[0], vectors[0], 5))
     ahead.start()
     time.sleep(0.3)
     assert ahead.is_alive(), "the stream ahead should wait for the slowest one"
-    assert len(merger._waiting) == MERGE_LEAD_CHUNKS  # what the client holds meanwhile
+    assert len(merger._waiting) == AVERAGE_LEAD_CHUNKS  # what the client holds meanwhile
     _stream(merger, 1, counts[1], vectors[1], 5)
     ahead.join(10)
     assert not ahead.is_alive()
@@ -236,7 +241,7 @@ def test_the_client_merge_writes_into_the_vector_it_is_given_when_it_fits():
     vectors, counts, exact = _streams()
     into = np.zeros(exact.size, dtype=np.float32)
     for target, expect_into in ((into, True), (np.zeros(3, dtype=np.float32), False)):
-        merger = StreamingMerge([0, 1], chunk_values=5, into=target)
+        merger = StreamingAverage([0, 1], chunk_values=5, into=target)
         threads = [
             threading.Thread(target=_stream, args=(merger, k, counts[k], vectors[k], 5))
             for k in (0, 1)
@@ -253,7 +258,7 @@ def test_the_client_merge_writes_into_the_vector_it_is_given_when_it_fits():
 
 def test_unpaced_the_client_merge_takes_the_keys_of_one_stream_one_after_the_other():
     vectors, counts, exact = _streams()
-    merger = StreamingMerge([0, 1], chunk_values=5, paced=False)
+    merger = StreamingAverage([0, 1], chunk_values=5, paced=False)
     _stream(merger, 0, counts[0], vectors[0], 5)  # one thread: a wait here would never end
     _stream(merger, 1, counts[1], vectors[1], 5)
     merger.close()
@@ -264,7 +269,7 @@ def test_a_stream_that_breaks_off_releases_the_streams_waiting_for_it():
     """A failed statement's sink closes without the trailer; the stream waiting for it must go
     on (to be cancelled by the sessions), not hang the fit."""
     vectors, counts, _ = _streams()
-    merger = StreamingMerge([0, 1], chunk_values=5)
+    merger = StreamingAverage([0, 1], chunk_values=5)
     ahead = threading.Thread(target=_stream, args=(merger, 0, counts[0], vectors[0], 5))
     ahead.start()
     time.sleep(0.2)
@@ -356,11 +361,11 @@ def test_shape_2_vectors_move_into_chunked_checkpoints(engine):
             ),
             {"w": weights.tobytes(), "o": optimizer.tobytes()},
         )
-        catalog.ensure_tables(conn, db.backend)
+        Catalog(conn, db.backend).ensure_tables()
     with db.connect() as conn:
-        assert catalog.found_version(conn, db.backend) == catalog.SHAPE_VERSION
-        iteration, parts = catalog.last_checkpoint(conn, db.backend, 1)
-        segments = catalog.segment_models(conn, db.backend, 1)
+        assert Catalog(conn, db.backend).shape() == migrations.SHAPE_VERSION
+        iteration, parts = Catalog(conn, db.backend).last_checkpoint(1)
+        segments = Catalog(conn, db.backend).segment_starts(1)
         chunks = conn.execute(
             sa.text(f"SELECT count(*) FROM {schema}.checkpoints WHERE part = 'weights'")
         ).scalar()

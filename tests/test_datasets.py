@@ -380,7 +380,7 @@ def test_image_folder_lists_classes_and_labels(image_folder):
         assert label == IMAGE_CLASSES.index(IMAGES[file.name][0])
         assert isinstance(label, int)
     with pytest.raises(AttributeError):
-        folder.chunk_size = 1
+        folder.batch_size = 1
 
 
 @pytest.mark.parametrize(("color", "channels"), [("rgb", 3), ("gray", 1)])
@@ -425,26 +425,26 @@ def test_image_folder_shuffle_depends_on_seed_only(image_folder):
 
 
 @pytest.mark.parametrize(
-    ("chunk_size", "sizes"), [(3, [3, 3, 1]), (1, [1] * 7), (7, [7]), (100, [7])]
+    ("batch_size", "sizes"), [(3, [3, 3, 1]), (1, [1] * 7), (7, [7]), (100, [7])]
 )
-def test_image_folder_chunk_sizes(image_folder, chunk_size, sizes):
-    folder = load_image_folder(image_folder, (3, 4), chunk_size=chunk_size)
-    chunks = list(folder.chunks(progress=False))
-    assert [len(x) for x, _ in chunks] == sizes
-    assert [len(y) for _, y in chunks] == sizes
+def test_image_folder_batch_sizes(image_folder, batch_size, sizes):
+    folder = load_image_folder(image_folder, (3, 4), batch_size=batch_size)
+    batches = list(folder.batches(progress=False))
+    assert [len(x) for x, _ in batches] == sizes
+    assert [len(y) for _, y in batches] == sizes
     x_all, y_all = folder.to_arrays(progress=False)
-    np.testing.assert_array_equal(np.concatenate([x for x, _ in chunks]), x_all)
-    np.testing.assert_array_equal(np.concatenate([y for _, y in chunks]), y_all)
+    np.testing.assert_array_equal(np.concatenate([x for x, _ in batches]), x_all)
+    np.testing.assert_array_equal(np.concatenate([y for _, y in batches]), y_all)
 
 
-def test_image_folder_chunks_are_lazy(image_folder):
-    folder = load_image_folder(image_folder, (4, 4), chunk_size=3)
+def test_image_folder_batches_are_lazy(image_folder):
+    folder = load_image_folder(image_folder, (4, 4), batch_size=3)
     last = folder.files[-1][0]
-    last.write_bytes(b"not an image")  # after listing: only the last chunk decodes it
-    chunks = folder.chunks(progress=False)
-    assert [len(next(chunks)[0]), len(next(chunks)[0])] == [3, 3]
+    last.write_bytes(b"not an image")  # after listing: only the last batch decodes it
+    batches = folder.batches(progress=False)
+    assert [len(next(batches)[0]), len(next(batches)[0])] == [3, 3]
     with pytest.raises(DatasetError, match=re.escape(str(last))):
-        next(chunks)
+        next(batches)
 
 
 def truncated_png(path: Path) -> None:
@@ -483,10 +483,10 @@ def test_image_folder_progress_bar(image_folder, capsys):
 
 
 def test_image_folder_accepts_numpy_sizes(image_folder):
-    folder = load_image_folder(image_folder, (np.int64(3), np.int32(2)), chunk_size=np.int64(2))
+    folder = load_image_folder(image_folder, (np.int64(3), np.int32(2)), batch_size=np.int64(2))
     assert folder.image_shape == (3, 2, 3)
     assert all(type(side) is int for side in folder.image_shape)
-    assert folder.chunk_size == 2
+    assert folder.batch_size == 2
 
 
 def test_image_folder_missing_path(tmp_path):
@@ -545,10 +545,10 @@ def test_image_folder_bad_color(image_folder, color):
         load_image_folder(image_folder, (4, 4), color)
 
 
-@pytest.mark.parametrize("chunk_size", [0, -2, 1.5, True])
-def test_image_folder_bad_chunk_size(image_folder, chunk_size):
-    with pytest.raises(DatasetError, match="chunk_size must be a positive integer"):
-        load_image_folder(image_folder, (4, 4), chunk_size=chunk_size)
+@pytest.mark.parametrize("batch_size", [0, -2, 1.5, True])
+def test_image_folder_bad_batch_size(image_folder, batch_size):
+    with pytest.raises(DatasetError, match="batch_size must be a positive integer"):
+        load_image_folder(image_folder, (4, 4), batch_size=batch_size)
 
 
 # --- Real data ------------------------------------------------------------------------------

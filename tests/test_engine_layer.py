@@ -12,7 +12,8 @@ import sqlalchemy as sa
 
 import gpcnn
 from gpcnn.data.tables import TableError, describe, list_tables, load_images
-from gpcnn.engines import catalog
+from gpcnn.engines import catalog, migrations
+from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.install import (
     InstallError,
     ensure_installed,
@@ -143,15 +144,15 @@ def test_install_migrates_shape_1_in_place(old_schema):
                     {"r": run_id, "i": i},
                 )
     with db.connect() as conn:
-        assert catalog.found_version(conn, db.backend) == 1
+        assert Catalog(conn, db.backend).shape() == 1
     install(db)
     with db.connect() as conn:
-        assert catalog.found_version(conn, db.backend) == catalog.SHAPE_VERSION
+        assert Catalog(conn, db.backend).shape() == migrations.SHAPE_VERSION
         rows = conn.execute(
             sa.text(f"SELECT run_id, status, result_key FROM {db.schema}.runs ORDER BY 1")
         ).all()
     assert [(r.run_id, r.status) for r in rows] == [(1, "running"), (2, "finished")]
-    assert rows[0].result_key == catalog.result_key({"merge": "average", "iterations": 9})
+    assert rows[0].result_key == migrations.result_key({"merge": "average", "iterations": 9})
     assert ensure_installed(db)
     assert [r["run_id"] for r in gpcnn.list_runs(db)] == [1, 2]
 
@@ -161,7 +162,7 @@ def test_a_newer_shape_is_refused_with_what_to_do(old_schema):
     install(db)
     with db.begin() as conn:
         conn.exec_driver_sql(f"UPDATE {db.schema}.schema_version SET version = 99")
-    with pytest.raises(catalog.ShapeError, match="shape 99, newer than this client"):
+    with pytest.raises(migrations.ShapeError, match="shape 99, newer than this client"):
         install(db)
     with pytest.raises(InstallError, match="shape 99"):
         ensure_installed(db)
@@ -239,7 +240,7 @@ def test_tables_drop_and_the_catalog_repaired_after_a_drop_by_hand(engine):
     names = {str(t.table) for t in list_tables(engine)}
     assert str(kept.table) in names and str(by_hand.table) not in names
     with engine.connect() as conn:  # the stale entry is gone from the catalog
-        assert catalog.catalog_row(conn, engine.backend, DATA, "by_hand") is None
+        assert Catalog(conn, engine.backend).image_table(DATA, "by_hand") is None
     assert gpcnn.drop_table(engine, str(kept.table))
     with engine.connect() as conn:
         assert not catalog.relation_exists(conn, f"{DATA}.kept")

@@ -106,7 +106,7 @@ def _stored_iterations(engine, run_id: int) -> list[dict]:
     return runs.load_run(engine, run_id).iterations
 
 
-def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table):
+def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table, capfd):
     model = dense_net()
     est = estimator(engine, model, iterations=3)
     raised: list[BaseException] = []
@@ -136,6 +136,8 @@ def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table
     message = str(error)
     assert f"its server process (pid {pid}) was terminated" in message
     assert "pg_terminate_backend" in message
+    printed = capfd.readouterr().err  # the one error above, nothing printed from a thread
+    assert "Traceback" not in printed and "Exception ignored" not in printed, printed
     stored = _stored_iterations(engine, est.run_id_)
     assert [r["iteration"] for r in stored] == [r["iteration"] for r in est.history_]
     assert f"run {est.run_id_} keeps iteration {len(stored)}: fit(table, resume=" in message

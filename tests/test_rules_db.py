@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from tiny import learnable_images, tiny_cnn
 
 from gpcnn.data.tables import TableName, describe, load_images
-from gpcnn.engines import catalog
+from gpcnn.engines.catalog import Catalog
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.kernel import averaging, segment, wire
 
@@ -98,14 +98,14 @@ def flat(est: GreenplumCNN) -> np.ndarray:
 def stored_iteration(engine, schema, run_id, iteration) -> tuple[np.ndarray, bytes | None]:
     """(model weights, rule_state bytes) stored for one iteration of a run."""
     with engine.connect() as conn:
-        parts = catalog.checkpoint(conn, engine.backend, run_id, iteration)
+        parts = Catalog(conn, engine.backend).checkpoint(run_id, iteration)
     state = parts.get("rule_state")
     return parts["weights"], None if state is None else wire.to_bytes(state)
 
 
 def segment_models(engine, schema, run_id) -> dict[int, np.ndarray]:
     with engine.connect() as conn:
-        stored = catalog.segment_models(conn, engine.backend, run_id)
+        stored = Catalog(conn, engine.backend).segment_starts(run_id)
     return {key: weights for key, (weights, _) in stored.items()}
 
 

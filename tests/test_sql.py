@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from gpcnn.engines import GreenplumBackend, PostgresBackend, catalog
+from gpcnn.engines import GreenplumBackend, PostgresBackend, migrations
 from gpcnn.engines.install import statements
 from gpcnn.engines.sessions import SegmentSessions
 
@@ -145,7 +145,7 @@ def test_training_aggregate_has_no_combine_function_and_chunks_merge_in_order():
 
 def test_greenplum_tables_replicate_transfers_and_distribute_checkpoints_by_run():
     gp = GreenplumBackend(OFFLINE, "gpcnn")
-    ddl = catalog.create_ddl(gp)
+    ddl = migrations.create_ddl(gp)
     transfers = next(s for s in ddl if s.startswith("CREATE UNLOGGED TABLE gpcnn.transfers"))
     assert transfers.endswith(" DISTRIBUTED REPLICATED")
     assert "transfer_id BIGINT NOT NULL" in transfers and "data BYTEA NOT NULL" in transfers
@@ -154,16 +154,14 @@ def test_greenplum_tables_replicate_transfers_and_distribute_checkpoints_by_run(
     assert "PRIMARY KEY (run_id, iteration, part, __dist_key__, chunk)" in checkpoints
     for table in ("checkpoints", "transfers"):
         assert f"ALTER TABLE gpcnn.{table} ALTER COLUMN data SET STORAGE EXTERNAL" in ddl
-    pg = catalog.create_ddl(PostgresBackend(OFFLINE, "gpcnn"))
+    pg = migrations.create_ddl(PostgresBackend(OFFLINE, "gpcnn"))
     assert [s.split(" DISTRIBUTED")[0] for s in ddl] == pg
 
 
 def test_greenplum_distributes_gpcnns_tables_like_the_rows_they_meet():
-    from gpcnn.engines import catalog
-
     ddl = {
         text.split("(")[0].split(".")[-1].strip(): text
-        for text in catalog.create_ddl(GreenplumBackend(OFFLINE, "gpcnn"))
+        for text in migrations.create_ddl(GreenplumBackend(OFFLINE, "gpcnn"))
         if text.startswith("CREATE")
     }
     assert ddl["schema_version"].endswith("DISTRIBUTED REPLICATED")

@@ -25,8 +25,8 @@ import gpcnn
 from gpcnn.data import datasets, tables
 from gpcnn.data.tables import TableError, TableName, describe, load_images, read_images
 from gpcnn.engines import GreenplumBackend, PostgresBackend
-from gpcnn.engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
 from gpcnn.engines.greenplum import spread_keys
+from gpcnn.engines.transport import COPY_HEADER, COPY_TRAILER, CopyStream
 from gpcnn.kernel.segment import decode_images, decode_labels
 from gpcnn.tools import cli
 
@@ -309,7 +309,7 @@ def test_copy_stream_any_read_size(size):
     progress = type("Bar", (), {"update": lambda self, n: seen.append(n)})()
     ids = np.arange(301) * 7
     rows = tables._array_rows(buffers, x, y, ids, order)
-    stream = CopyStream(tables._copy_chunks(rows), progress)
+    stream = CopyStream(tables._copy_stream(rows), progress)
     data = b"".join(iter(lambda: stream.read(size), b""))
     expected = [COPY_HEADER]
     for b in buffers:
@@ -910,7 +910,7 @@ def test_an_image_folder_loads_chunk_by_chunk(engine, schema, tmp_path, capsys):
     from gpcnn.data.datasets import load_image_folder
 
     root = _folder(tmp_path / "imgs", {"a": [(5, 7)] * 4, "b": [(9, 3)] * 3})
-    folder = load_image_folder(root, size=(6, 6), color="rgb", seed=1, chunk_size=2)
+    folder = load_image_folder(root, size=(6, 6), color="rgb", seed=1, batch_size=2)
     info = load_images(engine, f"{IMG}.folder", folder, segments=2, buffer_size=2, progress=False)
     assert info.images == 7 and info.image_shape == (6, 6, 3)
     assert info.class_names == ("a", "b") and info.num_classes == 2

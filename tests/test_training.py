@@ -15,7 +15,8 @@ from sklearn.base import clone
 from tiny import learnable_images
 
 from gpcnn.data.tables import STAGING_SUFFIX, TableError, load_images, read_images
-from gpcnn.engines import catalog
+from gpcnn.engines import transport
+from gpcnn.engines.catalog import Catalog
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit.training import Training
 from gpcnn.kernel import segment, wire
@@ -166,11 +167,11 @@ def test_merged_weights_equal_the_in_process_reference(engine, schema, tables, k
 def count_transfers(engine, monkeypatch) -> list[int]:
     """The number of vectors of every transfer the backend writes from now on."""
     sent = []
-    write_transfer = type(engine.backend).write_transfer
+    write_transfer = transport.write_transfer
     monkeypatch.setattr(
-        type(engine.backend),
+        transport,
         "write_transfer",
-        lambda self, vectors: sent.append(len(vectors)) or write_transfer(self, vectors),
+        lambda backend, vectors: sent.append(len(vectors)) or write_transfer(backend, vectors),
     )
     return sent
 
@@ -226,8 +227,8 @@ def test_a_checkpoint_stored_before_a_failure_is_replaced_on_resume(
     with broken, pytest.raises(RuntimeError, match="before the row"):
         broken.fit(tables[2])
     with engine.connect() as conn:
-        assert catalog.checkpoint(conn, engine.backend, broken.run_id_, 2)  # stored, no row
-        assert catalog.last_checkpoint(conn, engine.backend, broken.run_id_)[0] == 1
+        assert Catalog(conn, engine.backend).checkpoint(broken.run_id_, 2)  # stored, no row
+        assert Catalog(conn, engine.backend).last_checkpoint(broken.run_id_)[0] == 1
     monkeypatch.setattr(Training, "_store", store)
     with estimator(engine, schema, model, iterations=3, **validation) as resumed:
         resumed.fit(tables[2], resume=broken.run_id_)
@@ -447,7 +448,7 @@ def test_a_failed_prediction_keeps_the_previous_output_and_leaves_no_staging(
 
         @contextlib.contextmanager
         def three_weights():  # a model has more: the segments refuse them
-            with engine.backend.sent(np.zeros(3, dtype=np.float32)) as transfer:
+            with transport.sent(engine.backend, np.zeros(3, dtype=np.float32)) as transfer:
                 yield {"transfer": transfer}
 
         monkeypatch.setattr(est, "_weights_sent", three_weights)

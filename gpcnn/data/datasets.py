@@ -6,7 +6,7 @@ are missing, says where it looked and how to get them.
 
 Images come back as uint8 arrays shaped (N, H, W) for grayscale or (N, H, W, C) for colour,
 labels as 1-D int64 arrays. The exception is ``load_image_folder``, for folders of PNG and JPEG
-files too large to hold at once: it lists the files and decodes them only chunk by chunk, as
+files too large to hold at once: it lists the files and decodes them only batch by batch, as
 (n, H, W, C) arrays with C = 1 for grayscale and C = 3 for colour.
 """
 
@@ -139,9 +139,9 @@ IMAGE_FOLDER_COLORS = ("rgb", "gray")
 class ImageFolder:
     """A folder of class sub-folders of images, listed but not yet decoded.
 
-    ``files`` holds every image as (path, label) in the shuffled order that ``chunks`` and
+    ``files`` holds every image as (path, label) in the shuffled order that ``batches`` and
     ``to_arrays`` follow; a label is the index of its class in ``class_names``. Nothing is
-    decoded until ``chunks`` is iterated. Build one with ``load_image_folder``.
+    decoded until ``batches`` is iterated. Build one with ``load_image_folder``.
     """
 
     path: Path
@@ -149,18 +149,18 @@ class ImageFolder:
     files: tuple[tuple[Path, int], ...] = field(repr=False)  # can be millions long
     image_shape: tuple[int, int, int]
     color: str = "rgb"
-    chunk_size: int = 1024
+    batch_size: int = 1024
 
     def __len__(self) -> int:
         return len(self.files)
 
-    def chunks(self, progress: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Decode the images in order, yielding (x, y) for at most ``chunk_size`` at a time.
+    def batches(self, progress: bool = True) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Decode the images in order, yielding (x, y) for at most ``batch_size`` at a time.
 
-        x is a uint8 array (n, H, W, C) and y the int64 labels. Only the chunk being filled is
-        held here, so memory stays bounded by one chunk however large the folder (plus what the
+        x is a uint8 array (n, H, W, C) and y the int64 labels. Only the batch being filled is
+        held here, so memory stays bounded by one batch however large the folder (plus what the
         caller keeps). A file that Pillow cannot decode raises DatasetError naming it, when
-        its chunk is reached. ``progress`` shows a tqdm bar over the files.
+        its batch is reached. ``progress`` shows a tqdm bar over the files.
         """
         from tqdm.auto import tqdm
 
@@ -171,25 +171,25 @@ class ImageFolder:
             disable=not progress,
             leave=False,
         ) as bar:
-            for start in range(0, len(self.files), self.chunk_size):
-                batch = self.files[start : start + self.chunk_size]
+            for start in range(0, len(self.files), self.batch_size):
+                batch = self.files[start : start + self.batch_size]
                 x = np.empty((len(batch), *self.image_shape), np.uint8)
                 for row, (file, _) in enumerate(batch):
                     x[row] = _decode_image(file, self.image_shape, self.color)
                     bar.update(1)
                 y = np.fromiter((label for _, label in batch), np.int64, len(batch))
                 yield x, y
-                del x, y  # drop this chunk before the next one is allocated
+                del x, y  # drop this batch before the next one is allocated
 
     def to_arrays(self, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Decode every image at once into (x, y): only for folders that fit in memory."""
         x = np.empty((len(self.files), *self.image_shape), np.uint8)
         y = np.empty(len(self.files), np.int64)
         start = 0
-        for x_chunk, y_chunk in self.chunks(progress):
-            x[start : start + len(x_chunk)] = x_chunk
-            y[start : start + len(y_chunk)] = y_chunk
-            start += len(x_chunk)
+        for x_batch, y_batch in self.batches(progress):
+            x[start : start + len(x_batch)] = x_batch
+            y[start : start + len(y_batch)] = y_batch
+            start += len(x_batch)
         return x, y
 
 
@@ -199,7 +199,7 @@ def load_image_folder(
     color: str = "rgb",
     *,
     seed: int = 0,
-    chunk_size: int = 1024,
+    batch_size: int = 1024,
 ) -> ImageFolder:
     """List a folder of PNG and JPEG images, one sub-folder per class, without decoding them.
 
@@ -212,7 +212,7 @@ def load_image_folder(
     are needed, each with at least one image.
 
     The list is sorted, then shuffled with ``np.random.default_rng(seed)``, so the order
-    depends on ``seed`` alone. Images are decoded only when ``ImageFolder.chunks`` is
+    depends on ``seed`` alone. Images are decoded only when ``ImageFolder.batches`` is
     iterated: each is converted with Pillow to RGB (``color="rgb"``, C = 3; an alpha channel
     is dropped, not composited) or to 8-bit grayscale (``color="gray"``, mode L, C = 1), then
     resized to exactly ``size`` = (H, W) with ``Image.Resampling.BILINEAR``. The aspect ratio
@@ -221,10 +221,10 @@ def load_image_folder(
     height, width = _image_size(size)
     if color not in IMAGE_FOLDER_COLORS:
         raise DatasetError(f"color must be one of {IMAGE_FOLDER_COLORS}, not {color!r}")
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int | np.integer):
-        raise DatasetError(f"chunk_size must be a positive integer, not {chunk_size!r}")
-    if chunk_size < 1:
-        raise DatasetError(f"chunk_size must be a positive integer, not {chunk_size}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer):
+        raise DatasetError(f"batch_size must be a positive integer, not {batch_size!r}")
+    if batch_size < 1:
+        raise DatasetError(f"batch_size must be a positive integer, not {batch_size}")
     path = Path(path)
     class_names, listed = _list_image_folder(path)
     order = np.random.default_rng(seed).permutation(len(listed))
@@ -234,7 +234,7 @@ def load_image_folder(
         files=tuple(listed[i] for i in order),
         image_shape=(height, width, 3 if color == "rgb" else 1),
         color=color,
-        chunk_size=int(chunk_size),
+        batch_size=int(batch_size),
     )
 
 

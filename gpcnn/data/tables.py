@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpcnn.engines import Backend, Connection, Database, catalog, connect
-from gpcnn.engines.copy import COPY_HEADER, COPY_TRAILER, CopyStream
+from gpcnn.engines import Backend, Connection, Database, connect
+from gpcnn.engines.catalog import Catalog, current_schema, relation_exists
+from gpcnn.engines.transport import COPY_HEADER, COPY_TRAILER, CopyStream, copy
 from gpcnn.kernel.segment import LABEL_DTYPE, decode_images, decode_labels
 from gpcnn.version import __version__
 
@@ -237,17 +238,17 @@ def _array_rows(buffers: Sequence[Buffer], x, y, ids, order) -> Iterator[tuple]:
         yield buf, images, y[idx].astype(LABEL_DTYPE).tobytes(), ids[idx].astype(ID_DTYPE).tobytes()
 
 
-def _chunk_rows(buffers: Sequence[Buffer], chunks, ids) -> Iterator[tuple]:
+def _folder_rows(buffers: Sequence[Buffer], batches, ids) -> Iterator[tuple]:
     """(buffer, images, labels, ids) of each buffer, filled in order from an iterator of (x, y)
-    chunks: at most one chunk and one buffer are in memory at a time."""
+    batches of decoded images: at most one batch and one buffer are in memory at a time."""
     pending_x: list[np.ndarray] = []
     pending_y: list[np.ndarray] = []
     have = 0
-    chunks = iter(chunks)
+    batches = iter(batches)
     for buf in buffers:
         need = buf.stop - buf.start
         while have < need:
-            cx, cy = next(chunks)
+            cx, cy = next(batches)
             pending_x.append(np.asarray(cx, np.uint8))
             pending_y.append(np.asarray(cy))
             have += len(cy)
@@ -270,7 +271,7 @@ def _copy_row(buf: Buffer, images: bytes, labels: bytes, ids: bytes) -> tuple[by
     )
 
 
-def _copy_chunks(rows: Iterator[tuple]) -> Iterator[bytes]:
+def _copy_stream(rows: Iterator[tuple]) -> Iterator[bytes]:
     """The whole binary COPY stream, produced lazily one buffer at a time."""
     yield COPY_HEADER
     for row in rows:
@@ -321,7 +322,7 @@ class ImageTable:
 
 
 def resolved_name(conn: Connection, table: TableName) -> TableName:
-    return TableName(table.schema or catalog.current_schema(conn), table.name)
+    return TableName(table.schema or current_schema(conn), table.name)
 
 
 def _from_row(name: TableName, row) -> ImageTable:
@@ -355,8 +356,8 @@ def describe(db: Database | str | None, table) -> ImageTable:
     name = TableName.parse(table)
     with db.connect() as conn:
         name = resolved_name(conn, name)
-        row = catalog.catalog_row(conn, backend, name.schema, name.name)
-        if row is not None and not catalog.relation_exists(conn, name.sql(backend)):
+        row = Catalog(conn, backend).image_table(name.schema, name.name)
+        if row is not None and not relation_exists(conn, name.sql(backend)):
             raise TableError(
                 f"{name} is in gpcnn's catalog but the table is gone (dropped by hand?): "
                 f"`gpcnn tables drop {name}` or gpcnn.drop_table(db, {str(name)!r}) removes the entry"
@@ -375,12 +376,12 @@ def list_tables(db: Database | str | None = None) -> list[ImageTable]:
     backend = db.backend
     found = []
     with db.begin() as conn:
-        for row in catalog.catalog_rows(conn, backend):
+        for row in Catalog(conn, backend).image_tables():
             name = TableName(row.table_schema, row.table_name)
-            if catalog.relation_exists(conn, name.sql(backend)):
+            if relation_exists(conn, name.sql(backend)):
                 found.append(_from_row(name, row))
             else:
-                catalog.delete_catalog_row(conn, backend, name.schema, name.name)
+                Catalog(conn, backend).delete_image_table(name.schema, name.name)
     return found
 
 
@@ -392,8 +393,8 @@ def drop_table(db: Database | str | None, table, *, missing_ok: bool = False) ->
     name = TableName.parse(table)
     with db.begin() as conn:
         name = resolved_name(conn, name)
-        row = catalog.catalog_row(conn, backend, name.schema, name.name)
-        exists = catalog.relation_exists(conn, name.sql(backend))
+        row = Catalog(conn, backend).image_table(name.schema, name.name)
+        exists = relation_exists(conn, name.sql(backend))
         if row is None:
             if exists:
                 raise TableError(f"{name} is not a gpcnn image table: gpcnn drops only its own")
@@ -402,7 +403,7 @@ def drop_table(db: Database | str | None, table, *, missing_ok: bool = False) ->
             raise TableError(f"no image table {name}")
         if exists:
             conn.exec_driver_sql(backend.drop_ddl(name))
-        catalog.delete_catalog_row(conn, backend, name.schema, name.name)
+        Catalog(conn, backend).delete_image_table(name.schema, name.name)
     return True
 
 
@@ -433,9 +434,9 @@ def validate_ids(ids, count: int) -> np.ndarray:
     return ids.astype(ID_DTYPE)
 
 
-def _is_chunked(x) -> bool:
+def _is_folder(x) -> bool:
     """An image folder (``datasets.ImageFolder``) or anything shaped like one."""
-    return all(hasattr(x, a) for a in ("chunks", "class_names", "image_shape", "__len__"))
+    return all(hasattr(x, a) for a in ("batches", "class_names", "image_shape", "__len__"))
 
 
 def load_images(
@@ -461,7 +462,7 @@ def load_images(
     ``x, y`` are arrays, dealt to the segments in a random order from ``seed``: equal IID shards,
     or with ``distribution="label-skew"`` each class split among the segments in proportions
     drawn from Dirichlet(``skew``) (``deal``). Or ``x`` is an image folder
-    (``gpcnn.data.datasets.load_image_folder``: already shuffled; decoded chunk by chunk while the COPY
+    (``gpcnn.data.datasets.load_image_folder``: already shuffled; decoded batch by batch while the COPY
     runs, so memory stays bounded). ``ids`` name the images (default: the input position; for a
     folder, the file's position in its sorted listing). The catalog records the distribution and
     every segment's class mix.
@@ -520,7 +521,7 @@ def load_images(
     """
     if class_names is not None:
         class_names = [str(c) for c in class_names]
-    if _is_chunked(x):
+    if _is_folder(x):
         if y is not None:
             raise TableError("an image folder carries its labels: pass y=None")
         class_names = class_names or list(x.class_names)
@@ -554,7 +555,7 @@ def load_images(
         raise TableError(f"buffer_size must be >= 1, got {buffer_size}")
     size = min(size, math.ceil(count / k))  # every segment gets at least one buffer
     name = checked_name(table)
-    if _is_chunked(x):
+    if _is_folder(x):
         order = np.arange(count)
         counts = [len(s) for s in np.array_split(order, k)]
     else:
@@ -562,8 +563,8 @@ def load_images(
     mixes = class_counts(labels, order, counts, classes)
 
     def rows(buffers):
-        if _is_chunked(x):
-            return _chunk_rows(buffers, x.chunks(progress=progress), ids)
+        if _is_folder(x):
+            return _folder_rows(buffers, x.batches(progress=progress), ids)
         return _array_rows(buffers, x, y, ids, order)
 
     payload = count * (math.prod(image_shape) + LABEL_DTYPE.itemsize + ID_DTYPE.itemsize)
@@ -609,7 +610,7 @@ def _load(
         staging, keys, exists = begin_swap(conn, backend, name, len(counts), replace)
         buffers = plan_buffers(sum(counts), keys, meta["buffer_size"], counts)
         total = None if payload is None else payload + COPY_ROW_OVERHEAD * len(buffers)
-        _copy_buffers(conn, backend, staging, _copy_chunks(rows(buffers)), total, str(name))
+        _copy_buffers(conn, backend, staging, _copy_stream(rows(buffers)), total, str(name))
         finish_swap(
             conn, backend, name, staging, keys, exists, {**meta, "images_per_segment": counts}
         )
@@ -620,9 +621,9 @@ def begin_swap(conn, backend, name: TableName, k: int, replace: bool):
     """The lock, the checks, and an empty staging table for a new version of ``name``; returns
     (staging, keys, whether ``name`` exists)."""
     backend.lock_name(conn, str(name))
-    catalog.ensure_tables(conn, backend)
+    Catalog(conn, backend).ensure_tables()
     backend.ensure_schema(conn, name.schema)
-    exists = catalog.relation_exists(conn, name.sql(backend))
+    exists = relation_exists(conn, name.sql(backend))
     if exists and not replace:
         raise TableError(f"table {name} exists: pass replace=True (or --replace) to reload it")
     keys = backend.choose_keys(conn, k)
@@ -641,9 +642,7 @@ def finish_swap(conn, backend, name, staging, keys, exists: bool, meta: dict) ->
         conn.exec_driver_sql(backend.drop_ddl(name))
     for statement in backend.rename_ddl(staging, name, keys):
         conn.exec_driver_sql(statement)
-    catalog.write_catalog_row(
-        conn,
-        backend,
+    Catalog(conn, backend).write_image_table(
         {
             "table_schema": name.schema,
             "table_name": name.name,
@@ -655,24 +654,21 @@ def finish_swap(conn, backend, name, staging, keys, exists: bool, meta: dict) ->
     )
 
 
-def _copy_buffers(conn, backend, table, chunks, total: int | None, label: str) -> None:
+def _copy_buffers(conn, backend, table, pieces, total: int | None, label: str) -> None:
     bar = None
     if total is not None:
         from tqdm.auto import tqdm
 
         total += COPY_STREAM_OVERHEAD
         bar = tqdm(total=total, unit="B", unit_scale=True, desc=f"loading {label}", leave=False)
-    stream = CopyStream(chunks, bar)
+    stream = CopyStream(pieces, bar)
     try:
-        with conn.connection.driver_connection.cursor() as cursor:
-            cursor.copy_expert(backend.copy_sql(table), stream, size=1 << 20)
+        copy(conn.connection.driver_connection, backend.copy_sql(table), stream)
     except Exception as e:
         if conn.connection.driver_connection.closed:
             # the server is gone: tell SQLAlchemy, so that its rollback does not replace this
             # error with "connection already closed" (the server has rolled back anyway)
             conn.invalidate(e)
-        if stream.error is not None:  # the COPY was cancelled because producing a row failed
-            raise stream.error from e
         raise
     finally:
         if bar is not None:

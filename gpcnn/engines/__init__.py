@@ -1,8 +1,10 @@
 """The engine layer: every statement gpcnn sends, one backend per engine behind one handle.
 
 ``connect`` gives the handle (``Database``); ``base``/``postgres``/``greenplum`` hold what differs per
-engine (DDL, settings, dispatch of an iteration); ``catalog`` gpcnn's own tables and the statements on
-them; ``functions`` the DDL of the in-database functions; ``sessions`` the segment sessions.
+engine (DDL, settings, dispatch of an iteration); ``transport`` how vectors travel in chunks (COPY,
+transfers, result streams); ``catalog`` the statements on gpcnn's own tables (``Catalog``) and
+``migrations`` their shape; ``functions`` the DDL of the in-database functions; ``sessions`` the
+segment sessions.
 No other layer imports the driver: ``DatabaseError`` (an error the server raised, with ``orig``)
 and ``DriverError`` (any error of the driver layer) are what they catch.
 """

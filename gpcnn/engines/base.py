@@ -16,10 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import queue
 import secrets
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -28,9 +25,17 @@ from typing import ClassVar
 import numpy as np
 import sqlalchemy as sa
 
-from gpcnn.engines.copy import BinaryRows, CopyStream, chunk_rows
+from gpcnn.engines import transport
 from gpcnn.engines.sessions import SegmentSessions
-from gpcnn.kernel import averaging, segment
+from gpcnn.engines.transport import (
+    EVERY_KEY,
+    BinaryRows,
+    StreamingAverage,
+    Trained,
+    merged_result,
+    per_key_result,
+)
+from gpcnn.kernel import segment
 
 DISPATCHES = (None, "sessions", "statement")
 # A chunk of a vector: one row of transfers and checkpoints, one row of a result stream. 1 MiB
@@ -38,7 +43,6 @@ DISPATCHES = (None, "sessions", "statement")
 # per-thread arenas (25M weights: client peak 3.12x against 3.97x the model, K = 2;
 # bench/overhead.py --memory 25 2 [--chunk-bytes 8388608]).
 DEFAULT_CHUNK_BYTES = 1 << 20
-EVERY_KEY = -1  # the transfer row of a start shared by every segment
 
 
 @dataclass(frozen=True)
@@ -345,17 +349,6 @@ class Backend:
         columns = ", ".join([*prefix, "chunk", "data"])
         return f"COPY {table_sql} ({columns}) FROM STDIN WITH (FORMAT binary)"
 
-    def write_transfer(self, vectors: Mapping[int, np.ndarray]) -> int:
-        """Write the vectors of one statement (key -> float32 vector; ``EVERY_KEY`` for a start
-        shared by all) in chunks, committed, and return their ``transfer_id``."""
-        transfer = secrets.randbits(62)
-        sql = self.chunk_copy_sql(f"{self.qschema}.transfers", ("transfer_id", "__dist_key__"))
-        rows = [((transfer, key), vector) for key, vector in vectors.items()]
-        stream = CopyStream(chunk_rows(("bigint", "integer"), rows, self.chunk_values))
-        with self.engine.begin() as conn, conn.connection.driver_connection.cursor() as cursor:
-            cursor.copy_expert(sql, stream, size=self.chunk_bytes + 64)
-        return transfer
-
     @contextlib.contextmanager
     def _vectors(
         self, vectors: Mapping[int, np.ndarray] | StoredStart, params: dict
@@ -370,31 +363,14 @@ class Backend:
             sizes = {vector.size for vector in vectors.values()}
             if len(sizes) != 1:
                 raise ValueError(f"start vectors of different sizes {sorted(sizes)}")
-            token, size = self.write_transfer(vectors), sizes.pop()
+            token, size = transport.write_transfer(self, vectors), sizes.pop()
             source = {"transfer": token}
         options = {**json.loads(params["options"]), "transfer": token, "vector_size": size}
         try:
             yield {**params, **source, "options": json.dumps(options)}
         finally:
             if "transfer" in source:
-                self.delete_transfer(token)
-
-    @contextlib.contextmanager
-    def sent(self, vector: np.ndarray) -> Iterator[int]:
-        """``vector`` in ``transfers`` for the statements of a block (the same for every key);
-        its ``transfer_id``, deleted afterwards."""
-        transfer = self.write_transfer({EVERY_KEY: vector})
-        try:
-            yield transfer
-        finally:
-            self.delete_transfer(transfer)
-
-    def delete_transfer(self, transfer: int) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(
-                sa.text(f"DELETE FROM {text_safe(self.qschema)}.transfers WHERE transfer_id = :t"),
-                {"t": transfer},
-            )
+                transport.delete_transfer(self, token)
 
     # -- running an iteration -----------------------------------------------------------------
 
@@ -436,28 +412,20 @@ class Backend:
                     {**params, "group": groups[0]},
                     partial(BinaryRows, ("integer", "bytea")),
                 )
-                return _merged_rows(rows)
+                return merged_result(rows)
             sql = self.copy_out_sql(self.training_sql(table_sql, None, stored))
             types = ("integer", "integer", "bigint", "bytea")
             if merged:
                 paced = all(len(group) == 1 for group in groups)
-                merger = StreamingMerge(keys, self.chunk_values, paced, into)
-                sink = partial(BinaryRows, types, on_row=merger.add, on_end=merger.end_stream)
+                average = StreamingAverage(keys, self.chunk_values, paced, into)
+                sink = partial(BinaryRows, types, on_row=average.add, on_end=average.end_stream)
                 try:
                     self._per_group(sessions, sql, params, keys, sink)
                 finally:
-                    merger.close()
-                return merger.result()
+                    average.close()
+                return average.result()
             rows = self._per_group(sessions, sql, params, keys, partial(BinaryRows, types))
-        per_key = _per_key_rows(rows)
-        return Trained(
-            None,
-            None,
-            {
-                key: (segment.final_metrics(state), _assemble(chunks))
-                for key, (state, chunks, _) in per_key.items()
-            },
-        )
+        return per_key_result(rows)
 
     def run_evaluation(
         self,
@@ -482,8 +450,8 @@ class Backend:
             rows = self._per_group(sessions, sql, params, keys)
         state = None
         for _, value in sorted(rows, key=lambda r: r[0]):
-            state = segment.merge(state, bytes(value))
-        return segment.decode_result(segment.final(state))
+            state = segment.add_states(state, bytes(value))
+        return segment.decode_result(segment.state_result(state))
 
     def run_prediction(
         self, sessions: SegmentSessions, table_sql: str, params: dict, keys
@@ -503,161 +471,3 @@ def check_chunk_bytes(chunk_bytes: int | None) -> int:
     if chunk_bytes > 256 << 20:
         raise ValueError(f"chunk_bytes={chunk_bytes}: at most 256 MiB (a float64 sum doubles it)")
     return chunk_bytes
-
-
-@dataclass
-class Trained:
-    """An iteration's result: merged metrics and vector, and/or each key's (metrics, vector)."""
-
-    metrics: dict | None
-    vector: np.ndarray | None
-    per_key: dict[int, tuple[dict, np.ndarray]] | None
-
-
-def _assemble(chunks: dict[int, memoryview]) -> np.ndarray:
-    if sorted(chunks) != list(range(len(chunks))):
-        raise ValueError(f"chunks {sorted(chunks)} of a vector came back, not 0..{len(chunks) - 1}")
-    if not chunks:
-        return np.zeros(0, dtype="<f4")
-    return np.concatenate([np.frombuffer(chunks[i], dtype="<f4") for i in range(len(chunks))])
-
-
-def _merged_rows(rows: list[tuple]) -> Trained:
-    """(chunk, merged value) rows: chunk -1 the merged small state, then the averaged vector."""
-    chunks = {int(chunk): value for chunk, value in rows}
-    state = chunks.pop(-1)
-    return Trained(segment.final_metrics(segment.decode_state(state)), _assemble(chunks), None)
-
-
-def _per_key_rows(rows: list[tuple]) -> dict[int, tuple[dict, dict[int, memoryview], int]]:
-    """(key, chunk, count, data) rows -> key: (small state, chunks, images)."""
-    found: dict[int, tuple[dict, dict[int, memoryview], int]] = {}
-    for key, chunk, count, data in rows:
-        state, chunks, _ = found.setdefault(int(key), ({}, {}, int(count)))
-        if chunk < 0:
-            state.update(segment.decode_state(data))
-        else:
-            chunks[int(chunk)] = data
-    return {key: found[key] for key in sorted(found)}
-
-
-MERGE_NICENESS = 10  # the client's merge thread: behind the segments (0), ahead of nice-19 jobs
-MERGE_LEAD_CHUNKS = 2  # how far one stream may run ahead of the slowest before it waits
-MERGE_QUEUE_CHUNKS = 1  # complete chunks waiting for the averaging thread before streams wait
-MERGE_BLOCK_VALUES = 1 << 18  # averaged at a time: the float64 temporaries stay small
-
-
-class StreamingMerge:
-    """The database's chunk merge, here, as the K result streams arrive (``BinaryRows`` sinks
-    in K threads call ``add``): chunk i is averaged over the keys in key order
-    (``averaging.weighted_average``: float64 sums, exact integer counts) once every key has sent it,
-    and its K parts are dropped. So the client holds the merged vector and a few chunks, not K
-    trained vectors: with one key per stream (``paced``), a stream more than
-    ``MERGE_LEAD_CHUNKS`` ahead of the slowest waits for it, and streams wait while
-    ``MERGE_QUEUE_CHUNKS`` complete chunks await the averaging; a waiting stream's segment
-    blocks on its socket, holding the vector it holds anyway. Unpaced (several keys per stream,
-    sent one after the other) a stream cannot wait for a key that comes later in its own stream,
-    so parts wait here. The averaging runs in one worker thread at a lower CPU priority
-    (``MERGE_NICENESS``): on a machine whose cores the segments share, it must not slow the
-    streams that feed it (``bench/client_merge.py``); not the lowest, so batch jobs do not
-    starve it. A stream that ends without its trailer (``end_stream``) releases the others.
-    ``into``: a vector to write the average into, when it has the average's size."""
-
-    def __init__(
-        self,
-        keys: Sequence[int],
-        chunk_values: int,
-        paced: bool = True,
-        into: np.ndarray | None = None,
-    ) -> None:
-        self.keys = sorted(int(k) for k in keys)
-        self.chunk_values = chunk_values
-        self.paced = paced
-        self._into = into
-        self._progress = threading.Condition()
-        self._received = dict.fromkeys(self.keys, 0)  # chunks received per key
-        self._aborted = False
-        self._states: dict[int, bytes] = {}
-        self._counts: dict[int, int] = {}
-        self._waiting: dict[int, dict[int, np.ndarray]] = {}
-        self._complete: queue.Queue = queue.Queue(MERGE_QUEUE_CHUNKS)
-        self._merged = 0
-        self._error: BaseException | None = None
-        self.vector: np.ndarray | None = None
-        self._worker = threading.Thread(target=self._average_complete, daemon=True)
-        self._worker.start()
-
-    def add(self, row: tuple) -> None:
-        key, chunk, count, data = int(row[0]), int(row[1]), int(row[2]), row[3]
-        with self._progress:
-            self._counts[key] = count
-            if chunk < 0:  # the small state, first in each stream, with the vector's size
-                state = segment.decode_state(data)
-                if self.vector is None:
-                    size, into = int(state["values"]), self._into
-                    fits = into is not None and into.size == size and into.dtype == "<f4"
-                    self.vector = into if fits else np.empty(size, dtype="<f4")
-                self._states[key] = segment.encode_state(state)
-                return
-            while (
-                self.paced and not self._aborted and chunk - self._slowest(key) >= MERGE_LEAD_CHUNKS
-            ):
-                self._progress.wait()
-            if self._aborted:
-                return
-            parts = self._waiting.setdefault(chunk, {})
-            parts[key] = np.frombuffer(data, dtype="<f4")
-            self._received[key] = chunk + 1
-            self._progress.notify_all()
-            if len(parts) < len(self.keys):
-                return
-            del self._waiting[chunk]
-            item = (chunk, [parts[k] for k in self.keys], [self._counts[k] for k in self.keys])
-        self._complete.put(item)  # waits while the averaging catches up
-
-    def _slowest(self, key: int) -> int:
-        """Chunks received from the slowest other key."""
-        return min((n for k, n in self._received.items() if k != key), default=self._received[key])
-
-    def end_stream(self, complete: bool) -> None:
-        """One stream ended; one that broke off releases the streams waiting for it (the
-        statement's error is raised by the sessions)."""
-        if not complete:
-            with self._progress:
-                self._aborted = True
-                self._progress.notify_all()
-
-    def _average_complete(self) -> None:
-        with contextlib.suppress(OSError):  # not on every platform; only speed depends on it
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), MERGE_NICENESS)
-        while (item := self._complete.get()) is not None:
-            chunk, parts, counts = item
-            try:
-                offset = chunk * self.chunk_values
-                for start in range(0, parts[0].size, MERGE_BLOCK_VALUES):
-                    block = [part[start : start + MERGE_BLOCK_VALUES] for part in parts]
-                    average = averaging.weighted_average(block, counts)
-                    self.vector[offset + start : offset + start + average.size] = average
-                    self._merged += average.size
-            except BaseException as e:  # reported by result()
-                self._error = e
-
-    def close(self) -> None:
-        """Average what is complete and stop the worker (after the streams, whatever happened)."""
-        self._complete.put(None)
-        self._worker.join()
-
-    def result(self) -> Trained:
-        if self._error is not None:
-            raise self._error
-        if sorted(self._states) != self.keys or self._waiting:
-            raise ValueError(
-                f"results of keys {sorted(self._states)} came back for keys {self.keys}, chunks "
-                f"{sorted(self._waiting)} incomplete"
-            )
-        if self._merged != self.vector.size:
-            raise ValueError(f"{self._merged} of the {self.vector.size} merged values came back")
-        state = None
-        for key in self.keys:
-            state = segment.merge(state, self._states[key])
-        return Trained(segment.final_metrics(segment.decode_state(state)), self.vector, None)

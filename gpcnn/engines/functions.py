@@ -64,8 +64,8 @@ FUNCTIONS = (
         "TABLE (chunk integer, count bigint, data bytea)",
         "segment.state_chunks(state, chunk_values)",
     ),
-    Function("merge_states", (("a", "bytea"), ("b", "bytea")), "bytea", "segment.merge(a, b)"),
-    Function("final_state", (("state", "bytea"),), "bytea", "segment.final(state)"),
+    Function("merge_states", (("a", "bytea"), ("b", "bytea")), "bytea", "segment.add_states(a, b)"),
+    Function("final_state", (("state", "bytea"),), "bytea", "segment.state_result(state)"),
     Function(
         "merge_chunk_transition",
         (("state", "bytea"), *_MERGE_CHUNK_ARGS),

@@ -15,7 +15,8 @@ from importlib import resources
 import sqlalchemy as sa
 
 from gpcnn import kernel
-from gpcnn.engines import Database, catalog, connect, functions, roles
+from gpcnn.engines import Database, connect, functions, migrations, roles
+from gpcnn.engines.catalog import Catalog
 from gpcnn.version import __version__
 
 
@@ -118,7 +119,7 @@ def install(db: Database | str | None = None) -> str:
         functions.drop_existing(conn, db.schema)
         for statement in statements(db.schema):
             functions.run_ddl(conn, statement)
-        catalog.ensure_tables(conn, backend)
+        Catalog(conn, backend).ensure_tables()
         roles.ensure_role(conn, backend)
     return bundle_id()
 
@@ -132,9 +133,9 @@ def uninstall(db: Database | str | None = None, *, keep_data: bool = False) -> N
     with db.begin() as conn:
         functions.drop_existing(conn, db.schema)
         if not keep_data:
-            for statement in catalog.drop_ddl(backend):
+            for statement in migrations.drop_ddl(backend):
                 conn.exec_driver_sql(statement)
-            if catalog.schema_is_empty(conn, db.schema):
+            if migrations.schema_is_empty(conn, db.schema):
                 conn.exec_driver_sql(backend.drop_schema_ddl(db.schema))
                 roles.drop_role(conn, backend)
 
@@ -156,10 +157,10 @@ def ensure_installed(db: Database | str | None = None) -> str:
             "(or gpcnn.install(db))."
         )
     with db.connect() as conn:
-        shape = catalog.found_version(conn, db.backend)
-    if shape != catalog.SHAPE_VERSION:
+        shape = Catalog(conn, db.backend).shape()
+    if shape != migrations.SHAPE_VERSION:
         raise InstallError(
             f"gpcnn's tables in schema {db.schema!r} have shape {shape}, this client uses "
-            f"{catalog.SHAPE_VERSION}: run `gpcnn install --schema {db.schema}` to migrate them"
+            f"{migrations.SHAPE_VERSION}: run `gpcnn install --schema {db.schema}` to migrate them"
         )
     return found

@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import sqlalchemy as sa
 
+from gpcnn.engines.transport import copy
+
 MAX_IDLE_SESSIONS = 8  # each holds a server process with TensorFlow loaded (~300 MB private)
 DEFAULT_IDLE_TIMEOUT = 600.0  # seconds; $GPCNN_IDLE_SESSION_TIMEOUT overrides
 QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by cancel(): never the cause
@@ -185,11 +187,11 @@ class SegmentSessions:
         conn = self._connections[index]
         pid = conn.info.backend_pid
         try:
+            if binary is not None:  # a COPY (query) TO STDOUT: rows parsed by the sink
+                with binary() as sink:  # closed however the stream ends
+                    copy(conn, sql, sink, params)
+                return sink.rows
             with conn.cursor() as cursor:
-                if binary is not None:  # a COPY (query) TO STDOUT: rows parsed by the sink
-                    with binary() as sink:  # closed however the stream ends
-                        cursor.copy_expert(cursor.mogrify(sql, params).decode(), sink)
-                    return sink.rows
                 cursor.execute(sql, params)
                 return cursor.fetchall() if cursor.description is not None else []
         except Exception as e:
@@ -208,7 +210,7 @@ class SegmentSessions:
         """Run ``sql`` once per parameter set, the i-th on session i, all at once. On an error or
         Ctrl-C every running statement is cancelled before the exception propagates; a failed
         statement raises ``SessionError`` (the first failure that is not a cancellation). With
-        ``binary`` (a factory of ``copy.BinaryRows`` sinks), ``sql`` is a binary
+        ``binary`` (a factory of ``transport.BinaryRows`` sinks), ``sql`` is a binary
         ``COPY (query) TO STDOUT`` and its rows come back parsed."""
         if len(params) > len(self._connections):
             raise ValueError(f"{len(params)} statements for {len(self._connections)} sessions")

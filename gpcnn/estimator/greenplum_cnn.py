@@ -23,7 +23,7 @@ from sklearn.exceptions import NotFittedError
 
 from gpcnn.data import arrays, staging
 from gpcnn.data.tables import ImageTable, TableName, describe
-from gpcnn.engines import Database, connect
+from gpcnn.engines import Database, connect, transport
 from gpcnn.engines.base import StoredStart
 from gpcnn.engines.install import ensure_installed
 from gpcnn.engines.sessions import SegmentSessions
@@ -403,7 +403,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"run {resume} stored no iteration yet: start a new fit")
             if stored.table != str(info.table):
                 raise ValueError(f"run {resume} trained {stored.table}, not {info.table}")
-            if len(stored.weights) != wire.WIRE_DTYPE.itemsize * sum(wire.sizes(manifest)):
+            if stored.weights.size != sum(wire.sizes(manifest)):
                 raise ValueError(f"run {resume} trained another model: resume it with the same one")
             run_id, history = resume, stored.iterations
         else:
@@ -641,7 +641,9 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     @contextlib.contextmanager
     def _weights_sent(self) -> Iterator[dict]:
         """``model_``'s weights in ``transfers`` while the prediction runs: its parameters."""
-        with self._db().backend.sent(wire.vector_of(list(self.model_.weights))) as transfer:
+        with transport.sent(
+            self._db().backend, wire.vector_of(list(self.model_.weights))
+        ) as transfer:
             yield {"transfer": transfer}
 
     def evaluate(self, x, y=None) -> dict:

@@ -18,7 +18,8 @@ from gpcnn.data.tables import (
     checked_name,
     resolved_name,
 )
-from gpcnn.engines import Database, catalog
+from gpcnn.engines import Database
+from gpcnn.engines.catalog import Catalog, relation_exists
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.fit.errors import database_call
 
@@ -89,11 +90,11 @@ def _check_target(conn, db: Database, name: TableName, replace: bool) -> bool:
     table. Returns whether the output exists."""
     backend = db.backend
     backend.lock_name(conn, str(name))
-    exists = catalog.relation_exists(conn, name.sql(backend))
+    exists = relation_exists(conn, name.sql(backend))
     if not exists:
         return False
     if not replace:
         raise TableError(f"table {name} exists: pass replace=True to overwrite the predictions")
-    if catalog.catalog_row(conn, backend, name.schema, name.name) is not None:
+    if Catalog(conn, backend).image_table(name.schema, name.name) is not None:
         raise TableError(f"{name} is an image table: predictions never overwrite one")
     return True

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpcnn.data.tables import ImageTable, buffer_counts
-from gpcnn.engines import Database, catalog
+from gpcnn.engines import Database
 from gpcnn.engines.base import EVERY_KEY, StoredStart
+from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.fit import rules
 from gpcnn.fit.errors import TrainingError, database_call
@@ -158,8 +159,8 @@ class Training:
         self.rule.start(weights, self.info.keys)
         if self.per_segment:
             with self.db.begin() as conn:
-                catalog.replace_segment_models(
-                    conn, self.backend, self.run_id, 0, self._segment_starts()
+                Catalog(conn, self.backend).replace_segment_starts(
+                    self.run_id, 0, self._segment_starts()
                 )
 
     def starts(self) -> dict[int, np.ndarray]:
@@ -181,16 +182,12 @@ class Training:
     def restore(self, stored) -> None:
         """Continue from a ``runs.StoredRun``."""
         self.rows = list(stored.iterations)
-        segments = {k: wire.from_bytes(w) for k, (w, _) in stored.segment_models.items()}
-        state = None if stored.rule_state is None else wire.from_bytes(stored.rule_state)
-        self.rule.restore(wire.from_bytes(stored.weights), state, segments)
+        segments = {k: start.weights for k, start in stored.segment_starts.items()}
+        self.rule.restore(stored.weights, stored.rule_state, segments)
         if stored.optimizer is not None:
-            self.shared_optimizer = wire.from_bytes(stored.optimizer)
+            self.shared_optimizer = stored.optimizer
         self.segment_optimizers.update(
-            {
-                k: None if o is None else wire.from_bytes(o)
-                for k, (_, o) in stored.segment_models.items()
-            }
+            {k: start.optimizer for k, start in stored.segment_starts.items()}
         )
 
     def _segment_starts(self) -> dict[int, tuple[np.ndarray, np.ndarray | None]]:
@@ -324,7 +321,7 @@ class Training:
             "optimizer": self.shared_optimizer,
         }
         with self.db.begin() as conn:
-            catalog.store_checkpoint(conn, self.backend, self.run_id, iteration, vectors)
+            Catalog(conn, self.backend).store_checkpoint(self.run_id, iteration, vectors)
         return StoredStart(self.run_id, iteration, self.weight_count)
 
     def _store(self, row: dict) -> None:
@@ -337,10 +334,11 @@ class Training:
         self.wait()  # the previous iteration's: its error stops the fit before this row is stored
         self.rows.append(row)
         with self.db.begin() as conn:
-            catalog.insert_iteration(conn, self.backend, self.run_id, row)
+            catalog = Catalog(conn, self.backend)
+            catalog.insert_iteration(self.run_id, row)
             if self.per_segment:
-                catalog.replace_segment_models(
-                    conn, self.backend, self.run_id, row["iteration"], self._segment_starts()
+                catalog.replace_segment_starts(
+                    self.run_id, row["iteration"], self._segment_starts()
                 )
         self.stored_start = self._next_start_if_stored(row["iteration"])
         keep = self.retention.keep(self.rows)
@@ -350,7 +348,7 @@ class Training:
 
     def _prune(self, keep: list[int], up_to: int) -> None:
         with self.db.begin() as conn:
-            catalog.prune_checkpoints(conn, self.backend, self.run_id, keep, up_to)
+            Catalog(conn, self.backend).prune_checkpoints(self.run_id, keep, up_to)
 
     def wait(self) -> None:
         """Wait for the retention rule's delete still running; its error, if any, is raised here."""

@@ -1,7 +1,7 @@
 """The streamed image-weighted average of flat weight vectors (numpy only): MADlib's merge.
 
 Run inside the database (``accumulate`` per segment, adding in the aggregate's merge function,
-``finish`` in its final function) and by the client's streaming merge: the same code both sides.
+``finish`` in its final function) and by the client's streaming average: the same code both sides.
 Sums are float64 and counts exact integers (MADlib's float32 count is exact only to 2**24).
 """
 

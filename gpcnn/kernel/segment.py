@@ -14,7 +14,7 @@ The training aggregate, MADlib-style (docs/design.md, The aggregate protocol), w
 - ``state_chunks`` (later in the same statement, same process) hands the vector on as chunk rows.
 - ``merge_chunk_transition`` / ``merge_chunk_final`` merge one chunk of the K vectors: float64
   sums of ``n * w``, exact integer counts, then ``S / n`` (``averaging.accumulate`` / ``finish``).
-- ``merge`` / ``final`` add small states and give the image-weighted loss and metrics.
+- ``add_states`` / ``state_result`` add small states and give the image-weighted loss and metrics.
 """
 
 from __future__ import annotations
@@ -457,7 +457,7 @@ def predict_rows(
     ]
 
 
-def merge(a: bytes | None, b: bytes | None) -> bytes | None:
+def add_states(a: bytes | None, b: bytes | None) -> bytes | None:
     """Two small states added: image counts and loss/metric sums (vectors merge by chunk)."""
     if a is None:
         return b
@@ -469,7 +469,7 @@ def merge(a: bytes | None, b: bytes | None) -> bytes | None:
     return encode_state({"count": state_a["count"] + state_b["count"], "sums": sums})
 
 
-def final(state: bytes | None) -> bytes:
+def state_result(state: bytes | None) -> bytes:
     """The image-weighted loss and metrics of a merged state."""
     if state is None:
         raise SegmentError("no images reached the aggregate: the table or slice is empty")
@@ -489,7 +489,7 @@ def merge_chunk_transition(state: bytes | None, chunk: int, count: int, data: by
     """Add one segment's chunk: S += n * w (float64), n exact; chunk -1 adds the small states."""
     if chunk < 0:
         previous = None if state is None else _unpack(state, CHUNK_MAGIC)[1]
-        return _pack(CHUNK_MAGIC, {"chunk": -1}, merge(previous, data))
+        return _pack(CHUNK_MAGIC, {"chunk": -1}, add_states(previous, data))
     contribution = averaging.accumulate(wire.from_bytes(data), count)
     if state is None:
         return _pack(

@@ -247,12 +247,12 @@ def _run_sync(
             metrics=["accuracy"],
         )
     keras.utils.set_random_seed(spec.seed)  # the order of `shuffle`
-    chunks = np.array_split(np.arange(len(x)), spec.merges_per_epoch)
+    slices = np.array_split(np.arange(len(x)), spec.merges_per_epoch)
     history = []
     bar = tqdm(range(1, spec.iterations + 1), desc=spec.name, leave=False, disable=not progress)
     for iteration in bar:
         started = time.perf_counter()
-        part = chunks[(iteration - 1) % len(chunks)]
+        part = slices[(iteration - 1) % len(slices)]
         logs = replica.fit(
             x[part],
             y[part],

@@ -1,4 +1,4 @@
-"""Merge rules (gpcnn.merge) on small hand-computed vectors, and the weights-vs-gradients algebra.
+"""Merge rules (gpcnn.fit.rules) on small hand-computed vectors, and the weights-vs-gradients algebra.
 
 No database here: the rules are plain numpy, and the weights-vs-gradients part trains tiny Keras
 models in this process (one TF thread and oneDNN off, fixed in conftest).

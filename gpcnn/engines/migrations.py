@@ -1,0 +1,344 @@
+"""The shape of gpcnn's tables: the current one's DDL, the shape found in a schema, and the
+steps that take each older shape to the next (``MIGRATIONS``).
+
+Shapes are versioned (``schema_version``), like the functions are: ``ensure_tables`` creates the
+tables, migrates an older shape in the caller's transaction, or refuses a newer one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import cache
+
+import sqlalchemy as sa
+
+from gpcnn.engines.base import Backend, text_safe
+from gpcnn.engines.transport import EVERY_KEY
+
+SHAPE_VERSION = 5
+
+
+class ShapeError(RuntimeError):
+    """gpcnn's tables in this schema have a shape this client cannot use."""
+
+
+@dataclass(frozen=True)
+class Tables:
+    version: sa.Table
+    image_tables: sa.Table
+    runs: sa.Table
+    run_iterations: sa.Table
+    checkpoints: sa.Table
+    transfers: sa.Table
+
+    def all(self) -> tuple[sa.Table, ...]:
+        return (
+            self.version,
+            self.image_tables,
+            self.runs,
+            self.run_iterations,
+            self.checkpoints,
+            self.transfers,
+        )
+
+
+# What follows CREATE TABLE on Greenplum: distributed like the rows they are joined with; None:
+# replicated (every segment reads its own copy).
+DISTRIBUTION = {
+    "schema_version": (),
+    "image_tables": ("table_schema", "table_name"),
+    "runs": ("run_id",),
+    "run_iterations": ("run_id",),
+    "checkpoints": ("run_id",),
+    "transfers": None,
+}
+CHUNKED = ("checkpoints", "transfers")  # their data column: out of line, uncompressed
+RUN_PARTS = ("weights", "rule_state", "optimizer")  # a checkpoint's vectors (key -1)
+SEGMENT_PARTS = ("segment_weights", "segment_optimizer")  # each key's next start
+
+
+@cache
+def tables(schema: str) -> Tables:
+    """The Core tables of gpcnn's objects in ``schema`` (current shape)."""
+    md = sa.MetaData(schema=schema)
+    now = sa.func.now()
+    version = sa.Table("schema_version", md, sa.Column("version", sa.Integer, nullable=False))
+    image_tables = sa.Table(
+        "image_tables",
+        md,
+        sa.Column("table_schema", sa.Text, primary_key=True),
+        sa.Column("table_name", sa.Text, primary_key=True),
+        sa.Column("image_shape", sa.ARRAY(sa.Integer), nullable=False),
+        sa.Column("dtype", sa.Text, nullable=False, server_default="uint8"),
+        sa.Column("num_classes", sa.Integer, nullable=False),
+        sa.Column("class_names", sa.ARRAY(sa.Text)),
+        sa.Column("dist_keys", sa.ARRAY(sa.Integer), nullable=False),
+        sa.Column("images_per_segment", sa.ARRAY(sa.BigInteger), nullable=False),
+        sa.Column("buffer_size", sa.Integer, nullable=False),
+        sa.Column("images", sa.BigInteger, nullable=False),
+        sa.Column("source", sa.Text),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
+        sa.Column("gpcnn_version", sa.Text, nullable=False),
+        # the image table's own layout: 1 (gpcnn 0.1) has no ids column
+        sa.Column("layout", sa.Integer, nullable=False, server_default="1"),
+        # how images were dealt: "iid" or "label-skew" with its Dirichlet alpha; images per
+        # segment and class, flattened segment by segment (NULL when not known)
+        sa.Column("distribution", sa.Text, nullable=False, server_default="iid"),
+        sa.Column("skew", sa.Float),
+        sa.Column("class_counts", sa.ARRAY(sa.BigInteger)),
+    )
+    runs = sa.Table(
+        "runs",
+        md,
+        sa.Column("run_id", sa.BigInteger, primary_key=True, autoincrement=True),
+        sa.Column("table_name", sa.Text, nullable=False),
+        sa.Column("params", sa.Text, nullable=False),
+        sa.Column("result_key", sa.Text),
+        sa.Column("model_json", sa.Text, nullable=False),
+        sa.Column("gpcnn_version", sa.Text, nullable=False),
+        sa.Column("status", sa.Text, nullable=False, server_default="running"),
+        sa.Column("error", sa.Text),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
+        sa.Column("updated_at", sa.DateTime(timezone=True)),
+    )
+    run_iterations = sa.Table(
+        "run_iterations",
+        md,
+        sa.Column("run_id", sa.BigInteger, primary_key=True),
+        sa.Column("iteration", sa.Integer, primary_key=True),
+        sa.Column("metrics", sa.Text, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
+    )
+    checkpoints = sa.Table(
+        "checkpoints",
+        md,
+        sa.Column("run_id", sa.BigInteger, primary_key=True),
+        sa.Column("iteration", sa.Integer, primary_key=True),
+        sa.Column("part", sa.Text, primary_key=True),
+        sa.Column("__dist_key__", sa.Integer, primary_key=True),
+        sa.Column("chunk", sa.Integer, primary_key=True),
+        sa.Column("data", sa.LargeBinary, nullable=False),
+    )
+    transfers = sa.Table(
+        "transfers",
+        md,
+        sa.Column("transfer_id", sa.BigInteger, primary_key=True),
+        sa.Column("__dist_key__", sa.Integer, primary_key=True),
+        sa.Column("chunk", sa.Integer, primary_key=True),
+        sa.Column("data", sa.LargeBinary, nullable=False),
+        prefixes=["UNLOGGED"],  # rewritten every statement; nothing to recover after a crash
+    )
+    return Tables(version, image_tables, runs, run_iterations, checkpoints, transfers)
+
+
+def exists(conn: sa.Connection, backend: Backend, name: str) -> bool:
+    found = conn.execute(
+        sa.select(sa.func.to_regclass(f"{backend.qschema}.{backend.quote(name)}"))
+    ).scalar()
+    return found is not None
+
+
+def found_version(conn: sa.Connection, backend: Backend) -> int:
+    """The shape of gpcnn's tables in the schema: 0 none yet, 1 before versioning."""
+    t = tables(backend.schema)
+    if exists(conn, backend, "schema_version"):
+        return int(conn.execute(sa.select(sa.func.max(t.version.c.version))).scalar() or 0)
+    return 1 if exists(conn, backend, "runs") or exists(conn, backend, "image_tables") else 0
+
+
+def create_ddl(backend: Backend) -> list[str]:
+    """CREATE TABLE for every table, with the engine's distribution clause."""
+    return [
+        statement
+        for table in tables(backend.schema).all()
+        for statement in table_ddl(backend, table)
+    ]
+
+
+def table_ddl(backend: Backend, table: sa.Table) -> list[str]:
+    text = str(sa.schema.CreateTable(table).compile(dialect=backend.engine.dialect)).strip()
+    columns = DISTRIBUTION[table.name]
+    distribution = backend.replicated() if columns is None else backend.distribution(*columns)
+    ddl = [text + distribution]
+    if table.name in CHUNKED:
+        ddl.append(
+            f"ALTER TABLE {qualified(backend, table.name)} ALTER COLUMN data SET STORAGE EXTERNAL"
+        )
+    return ddl
+
+
+# Parameters that do not change what a run computes: a run may be resumed with other values.
+NON_RESULT_PARAMS = frozenset(
+    {
+        "progress",  # gpcnn 0.1
+        "verbose",
+        "database",
+        "schema",  # gpcnn 0.1
+        "iterations",
+        "warm_start",
+        "validation_table",
+        "validation_data",  # gpcnn 0.1
+        "validation_freq",
+    }
+)
+
+
+def result_key(params: dict) -> str:
+    """A digest of the parameters that change the result (what resume matches on)."""
+    kept = {k: v for k, v in params.items() if k not in NON_RESULT_PARAMS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def qualified(backend: Backend, name: str) -> str:
+    return f"{backend.qschema}.{backend.quote(name)}"
+
+
+def ensure_tables(conn: sa.Connection, backend: Backend) -> None:
+    """Create the tables, or migrate an older shape, inside the caller's transaction."""
+    version = found_version(conn, backend)
+    if version == SHAPE_VERSION:
+        return
+    backend.ensure_schema(conn, backend.schema)
+    if version > SHAPE_VERSION:
+        raise ShapeError(
+            f"gpcnn's tables in schema {backend.schema!r} have shape {version}, newer than this "
+            f"client's {SHAPE_VERSION}: upgrade gpcnn (pip install -U gpcnn) to use them"
+        )
+    t = tables(backend.schema)
+    if version == 0:
+        for statement in create_ddl(backend):
+            conn.exec_driver_sql(statement)
+    else:
+        for step in MIGRATIONS[version - 1 :]:
+            step(conn, backend)
+    conn.execute(t.version.delete())
+    conn.execute(t.version.insert().values(version=SHAPE_VERSION))
+
+
+def _migrate_1_to_2(conn: sa.Connection, backend: Backend) -> None:
+    """Version 1 had no shape table, runs had no status and no resume key; tables absent in
+    version 1 are created."""
+    t = tables(backend.schema)
+    _create_missing(conn, backend)
+    runs = f"{backend.qschema}.runs"
+    if "status" not in _columns(conn, backend, "runs"):
+        conn.exec_driver_sql(
+            f"ALTER TABLE {runs} ADD COLUMN result_key text, "
+            "ADD COLUMN status text NOT NULL DEFAULT 'running', ADD COLUMN error text, "
+            "ADD COLUMN updated_at timestamptz"
+        )
+    done = (
+        sa.select(sa.func.count())
+        .where(t.run_iterations.c.run_id == t.runs.c.run_id)
+        .scalar_subquery()
+    )
+    for run_id, params, count in conn.execute(sa.select(t.runs.c.run_id, t.runs.c.params, done)):
+        params = json.loads(params)
+        finished = count >= int(params.get("iterations", 0))
+        conn.execute(
+            t.runs.update()
+            .where(t.runs.c.run_id == run_id)
+            .values(
+                status="finished" if finished else "running",
+                result_key=result_key(params),
+            )
+        )
+
+
+def _migrate_2_to_3(conn: sa.Connection, backend: Backend) -> None:
+    """Image tables record their layout; tables loaded before have layout 1 (no image ids)."""
+    _create_missing(conn, backend)
+    if "layout" not in _columns(conn, backend, "image_tables"):
+        conn.exec_driver_sql(
+            f"ALTER TABLE {backend.qschema}.image_tables "
+            "ADD COLUMN layout integer NOT NULL DEFAULT 1"
+        )
+
+
+def _migrate_3_to_4(conn: sa.Connection, backend: Backend) -> None:
+    """Image tables record how their images were dealt; earlier tables were all IID."""
+    _create_missing(conn, backend)
+    if "distribution" not in _columns(conn, backend, "image_tables"):
+        conn.exec_driver_sql(
+            f"ALTER TABLE {backend.qschema}.image_tables "
+            "ADD COLUMN distribution text NOT NULL DEFAULT 'iid', "
+            "ADD COLUMN skew double precision, ADD COLUMN class_counts bigint[]"
+        )
+
+
+def _create_missing(conn: sa.Connection, backend: Backend) -> None:
+    for table in tables(backend.schema).all():
+        if not exists(conn, backend, table.name):
+            for statement in table_ddl(backend, table):
+                conn.exec_driver_sql(statement)
+
+
+def _migrate_4_to_5(conn: sa.Connection, backend: Backend) -> None:
+    """Shapes 2 to 4 kept each vector as one bytea value (``run_iterations.weights``, ``rule_state``,
+    ``optimizer``; ``segment_models``): they move into ``checkpoints`` in chunks, inside the
+    server, and the old columns and table go."""
+    _create_missing(conn, backend)
+    iterations, old_segments = qualified(backend, "run_iterations"), "segment_models"
+    moves = []
+    if "weights" in _columns(conn, backend, "run_iterations"):
+        moves += [(iterations, part, part, str(EVERY_KEY)) for part in RUN_PARTS]
+    if exists(conn, backend, old_segments):
+        source = qualified(backend, old_segments)
+        moves += [
+            (source, part, part.removeprefix("segment_"), "s.__dist_key__")
+            for part in SEGMENT_PARTS
+        ]
+    target = qualified(backend, "checkpoints")
+    for source, part, column, key in moves:
+        conn.execute(
+            sa.text(
+                f"INSERT INTO {text_safe(target)} (run_id, iteration, part, __dist_key__, chunk, data) "
+                f"SELECT s.run_id, s.iteration, :part, {key}, g.chunk, "
+                f"substring(s.{column} FROM g.chunk * :size + 1 FOR :size) FROM {text_safe(source)} s "
+                f"CROSS JOIN LATERAL generate_series(0, (octet_length(s.{column}) - 1) / :size) "
+                f"AS g(chunk) WHERE s.{column} IS NOT NULL"
+            ),
+            {"part": part, "size": backend.chunk_bytes},
+        )
+    if "weights" in _columns(conn, backend, "run_iterations"):
+        conn.exec_driver_sql(
+            f"ALTER TABLE {iterations} DROP COLUMN weights, DROP COLUMN rule_state, "
+            "DROP COLUMN optimizer"
+        )
+    if exists(conn, backend, old_segments):
+        conn.exec_driver_sql(f"DROP TABLE {qualified(backend, old_segments)}")
+
+
+# MIGRATIONS[i] takes shape i + 1 to shape i + 2.
+MIGRATIONS = (_migrate_1_to_2, _migrate_2_to_3, _migrate_3_to_4, _migrate_4_to_5)
+
+
+def _columns(conn: sa.Connection, backend: Backend, table: str) -> set[str]:
+    rows = conn.execute(
+        sa.text(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = :s AND table_name = :t"
+        ),
+        {"s": backend.schema, "t": table},
+    )
+    return {r[0] for r in rows}
+
+
+def schema_is_empty(conn: sa.Connection, schema: str) -> bool:
+    found = conn.execute(
+        sa.text(
+            "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :s"
+        ),
+        {"s": schema},
+    ).scalar()
+    return not found
+
+
+def drop_ddl(backend: Backend) -> list[str]:
+    return [
+        f"DROP TABLE IF EXISTS {qualified(backend, x.name)}"
+        for x in reversed(tables(backend.schema).all())
+    ]
