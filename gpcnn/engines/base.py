@@ -362,7 +362,8 @@ class Backend:
     ) -> Iterator[dict]:
         """``params`` naming a statement's vectors (key -> vector, written to ``transfers`` and
         deleted afterwards; or a ``StoredStart``), with the token that names them in the
-        segment processes and their size in ``options``."""
+        segment processes and their size in ``options`` (a ``kernel.protocol.SegmentOptions``,
+        encoded here)."""
         if isinstance(vectors, StoredStart):
             source = {"start_run": vectors.run_id, "start_iteration": vectors.iteration}
             token, size = secrets.randbits(62), vectors.size
@@ -372,9 +373,9 @@ class Backend:
                 raise ValueError(f"start vectors of different sizes {sorted(sizes)}")
             token, size = self.write_transfer(vectors), sizes.pop()
             source = {"transfer": token}
-        options = {**json.loads(params["options"]), "transfer": token, "vector_size": size}
+        options = params["options"].with_transport(token, size)
         try:
-            yield {**params, **source, "options": json.dumps(options)}
+            yield {**params, **source, "options": options.to_json()}
         finally:
             if "transfer" in source:
                 self.delete_transfer(token)
