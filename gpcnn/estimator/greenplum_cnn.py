@@ -126,9 +126,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     def _drop_fitted_models(self) -> None:
         """Free a previous fit's local model before building a new one: a refit would otherwise
         hold two at its peak. Keras models are cycles, so only a collection frees them."""
-        fitted = vars(self).pop("model_", None)
-        if fitted is not None:
-            del fitted
+        if vars(self).pop("model_", None) is not None:
             gc.collect()
 
     # -- fit --------------------------------------------------------------------------------
@@ -250,8 +248,9 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
                 wire.model_to_bytes(self.model_),
             )  # fmt: skip
 
-    def _table_info(self, table) -> ImageTable:
-        return describe(self._db(), table)
+    def _weights(self) -> np.ndarray:
+        """``model_``'s weights as the one vector that predictions send."""
+        return wire.vector_of(list(self.model_.weights))
 
     def predict_proba(self, x) -> np.ndarray:
         """Class probabilities of images (arrays, locally) or of a table (in the database,
@@ -259,11 +258,10 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         self._require_fitted()
         if not is_table(x):
             return np.asarray(self.model_.predict(model_input(x), batch_size=1000, verbose=0))
-        info = self._table_info(x)
+        info = describe(self._db(), x)
         with self._holding_sessions() as sessions:
-            weights = wire.vector_of(list(self.model_.weights))
             return probabilities(
-                self._db(), sessions, info, self._model_json, self._options, weights
+                self._db(), sessions, info, self._model_json, self._options, self._weights()
             )
 
     def predict(
@@ -287,10 +285,10 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             raise ValueError(
                 "output_table needs a table to predict: predict(table, output_table=…)"
             )
-        info = self._table_info(x)
+        info = describe(self._db(), x)
         check_model_fits(self.model, info)
         with self._holding_sessions() as sessions:
-            model = (self._model_json, self._options, wire.vector_of(list(self.model_.weights)))
+            model = (self._model_json, self._options, self._weights())
             written = write_predictions(
                 self._db(), sessions, info, output_table, pred_type, top_k, model, replace
             )
@@ -300,7 +298,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""
         self._require_fitted()
         if is_table(x):
-            values = self._evaluate_table(self._table_info(x), self._options)
+            values = self._evaluate_table(describe(self._db(), x), self._options)
             values.pop("images", None)
             return values
         if y is None:
@@ -314,7 +312,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         if is_table(X):
             if y is not None or sample_weight is not None:
                 raise ValueError("score(table) takes no y or sample_weight: the table has labels")
-            info = self._table_info(X)
+            info = describe(self._db(), X)
             check_model_fits(self.model, info)
             accuracy = dataclasses.replace(self._options.compile, metrics=("accuracy",))
             values = self._evaluate_table(info, self._options.replace(compile=accuracy))
