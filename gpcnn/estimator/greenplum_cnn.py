@@ -183,11 +183,11 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             self._staged_finalizer = weakref.finalize(self, staging.drop_staged, db, staged)
         return name
 
-    def _fit(self, db, table, validating, callbacks, resume, total, warm=None):
+    def _fit(self, db, table, validation_data, callbacks, resume, total, warm=None):
         loop.check_callbacks(callbacks)
         info = loop.described(db, table)
         check_model_fits(self.model, info)
-        validation = validation_source(db, validating, self.model)
+        source = validation_source(db, validation_data, self.model)
         threads = self.threads_per_segment or db.backend.default_threads(info.segments)
         options = SegmentOptions(
             compile=self._compile_options(),
@@ -217,7 +217,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         self.classes_ = np.arange(info.num_classes)
         self.class_names_ = info.class_names
         self._model_json, self._options = model_json, options
-        validation = Validation(db, validation, self.validation_freq, model_json, options)
+        validation = Validation(db, source, self.validation_freq, model_json, options)
         plan = loop.Plan(
             db, info, start.run_id, model_json, options, manifest, rule, slices,
             int(self.local_epochs), validation,
