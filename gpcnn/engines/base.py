@@ -355,7 +355,8 @@ class Backend:
     ) -> Iterator[dict]:
         """``params`` naming a statement's vectors (key -> vector, written to ``transfers`` and
         deleted afterwards; or a ``StoredStart``), with the token that names them in the
-        segment processes and their size in ``options``."""
+        segment processes and their size in ``options`` (a ``kernel.protocol.SegmentOptions``,
+        encoded here)."""
         if isinstance(vectors, StoredStart):
             source = {"start_run": vectors.run_id, "start_iteration": vectors.iteration}
             token, size = secrets.randbits(62), vectors.size
@@ -365,9 +366,9 @@ class Backend:
                 raise ValueError(f"start vectors of different sizes {sorted(sizes)}")
             token, size = transport.write_transfer(self, vectors), sizes.pop()
             source = {"transfer": token}
-        options = {**json.loads(params["options"]), "transfer": token, "vector_size": size}
+        options = params["options"].with_transport(token, size)
         try:
-            yield {**params, **source, "options": json.dumps(options)}
+            yield {**params, **source, "options": options.to_json()}
         finally:
             if "transfer" in source:
                 transport.delete_transfer(self, token)

@@ -7,13 +7,11 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 
 from __future__ import annotations
 
-import contextlib
-import copy
+import dataclasses
 import gc
 import json
-import logging
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,40 +20,24 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import NotFittedError
 
 from gpcnn.data import arrays, staging
-from gpcnn.data.tables import ImageTable, TableName, describe
-from gpcnn.engines import Database, connect, transport
-from gpcnn.engines.base import StoredStart
-from gpcnn.engines.install import ensure_installed
-from gpcnn.engines.sessions import SegmentSessions
-from gpcnn.fit import rules, runs
-from gpcnn.fit.errors import TrainingError, database_call
-from gpcnn.fit.predictions import write_predictions
-from gpcnn.fit.training import Training, evaluate_table, plan_slices
-from gpcnn.kernel import segment, wire
-
-PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
-LOG = logging.getLogger("gpcnn")
-
-# Metrics whose image-weighted mean over segments equals the metric over all images.
-MEAN_METRICS = frozenset(
-    {
-        "accuracy",
-        "acc",
-        "sparse_categorical_accuracy",
-        "categorical_accuracy",
-        "binary_accuracy",
-        "sparse_top_k_categorical_accuracy",
-        "top_k_categorical_accuracy",
-        "sparse_categorical_crossentropy",
-        "categorical_crossentropy",
-        "binary_crossentropy",
-        "mean_squared_error",
-        "mse",
-        "mean_absolute_error",
-        "mae",
-    }
+from gpcnn.data.tables import ImageTable, describe
+from gpcnn.engines import Database, connect
+from gpcnn.estimator import parameters
+from gpcnn.fit import compiling, loop, rules, runs
+from gpcnn.fit.errors import TrainingError
+from gpcnn.fit.predictions import probabilities, write_predictions
+from gpcnn.fit.training import evaluate_table, plan_slices
+from gpcnn.fit.validation import (
+    Validation,
+    check_model_fits,
+    evaluate_arrays,
+    is_table,
+    model_input,
+    validation_source,
 )
-OPTIMIZER_STATES = ("reset", "local", "average")
+from gpcnn.kernel import wire
+from gpcnn.kernel.keras_setup import compiled_model, keras_module, rebuilt
+from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions, SegmentOptions
 
 
 class GreenplumCNN(ClassifierMixin, BaseEstimator):
@@ -212,92 +194,23 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     # -- setup ------------------------------------------------------------------------------
 
     def _check_params(self) -> None:
-        if self.merge not in rules.RULES:
-            raise ValueError(f"merge={self.merge!r}: choose one of {', '.join(rules.RULES)}")
-        if self.optimizer_state not in OPTIMIZER_STATES:
-            raise ValueError(
-                f"optimizer_state={self.optimizer_state!r}: choose one of {OPTIMIZER_STATES}"
-            )
-        for name in ("batch_size", "iterations", "local_epochs", "merges_per_epoch"):
-            value = getattr(self, name)
-            if not isinstance(value, int | np.integer) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.shuffle, bool | np.bool_):
-            raise ValueError(f"shuffle must be True or False, got {self.shuffle!r}")
-        if self.verbose not in (0, 1, 2) or isinstance(self.verbose, bool):
-            raise ValueError(f"verbose must be 0, 1 or 2 (as in Keras), got {self.verbose!r}")
-        freq = self.validation_freq
-        if isinstance(freq, int | np.integer) and not isinstance(freq, bool):
-            if freq < 1:
-                raise ValueError(f"validation_freq must be >= 1, got {freq}")
-        elif not (isinstance(freq, Sequence) and all(isinstance(i, int) and i >= 1 for i in freq)):
-            raise ValueError(
-                f"validation_freq must be a positive integer or a list of iterations, got {freq!r}"
-            )
-        if self.local_epochs > 1 and self.merges_per_epoch > 1:
-            raise ValueError("local_epochs > 1 needs merges_per_epoch=1 (one merge per pass)")
-        for metric in self.metrics:
-            if metric not in MEAN_METRICS:
-                raise ValueError(
-                    f"metric {metric!r}: only metrics that are means over images can be merged "
-                    f"across segments ({', '.join(sorted(MEAN_METRICS))})"
-                )
+        parameters.check(self.get_params(deep=False))
 
     def _db(self) -> Database:
         """The handle of ``database``: a handle, a URL, or None for $GPCNN_DATABASE_URL or the
         embedded cluster (gpcnn's schema is the handle's)."""
         return connect(self.database)
 
-    def _compile_options(self) -> dict:
-        keras = segment.keras_module()
-        if isinstance(self.optimizer, str):
-            config = {} if self.learning_rate is None else {"learning_rate": self.learning_rate}
-            optimizer = keras.optimizers.get({"class_name": self.optimizer, "config": config})
-        else:
-            optimizer = keras.optimizers.deserialize(keras.optimizers.serialize(self.optimizer))
-            if self.learning_rate is not None:
-                optimizer.learning_rate = self.learning_rate
-        return {
-            "optimizer": keras.optimizers.serialize(optimizer),
-            "loss": self.loss,
-            "metrics": list(self.metrics),
-        }
+    def _compile_options(self) -> CompileOptions:
+        return compiling.compile_options(
+            self.optimizer, self.learning_rate, self.loss, self.metrics
+        )
 
     def _drop_fitted_models(self) -> None:
-        """Free a previous fit's local models before building new ones: a refit would otherwise
-        hold two of each at its peak. Keras models are cycles, so only a collection frees them."""
-        fitted = vars(self).pop("model_", None)
-        validation, self._validation_model = getattr(self, "_validation_model", None), None
-        if fitted is not None or validation is not None:
-            del fitted, validation
+        """Free a previous fit's local model before building a new one: a refit would otherwise
+        hold two at its peak. Keras models are cycles, so only a collection frees them."""
+        if vars(self).pop("model_", None) is not None:
             gc.collect()
-
-    def _local_model(self, model_json: str, compile_options: dict) -> Any:
-        keras = segment.keras_module()
-        model = keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
-        model.compile(  # deserialize a copy: Keras replaces a schedule's config in place
-            optimizer=keras.optimizers.deserialize(copy.deepcopy(compile_options["optimizer"])),
-            loss=compile_options["loss"],
-            metrics=list(compile_options["metrics"]),
-        )
-        return model
-
-    def _check_model_fits(self, info: ImageTable) -> None:
-        input_shape = tuple(self.model.input_shape[1:])
-        if input_shape != tuple(info.image_shape):
-            raise ValueError(
-                f"the model takes inputs of shape {input_shape}, but {info.table} holds images of "
-                f"shape {tuple(info.image_shape)}: change the model's Input"
-            )
-        units = self.model.output_shape[-1]
-        if units != info.num_classes:
-            raise ValueError(
-                f"the model has {units} output units, but {info.table} has {info.num_classes} "
-                "classes: change the last layer"
-            )
-        if 0 in info.images_per_segment:
-            raise ValueError(f"{info.table} has a segment with no rows: reload it")
-        wire.manifest(self.model)  # refuses mixed precision early
 
     # -- fit --------------------------------------------------------------------------------
 
@@ -349,7 +262,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         return self.validation_table if validation_data is None else validation_data
 
     def _training_table(self, db: Database, X, y):
-        if _is_table(X):
+        if is_table(X):
             if y is not None:
                 raise ValueError("y goes with arrays: a table holds its labels")
             return X
@@ -361,179 +274,50 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             self._staged_finalizer = weakref.finalize(self, staging.drop_staged, db, staged)
         return name
 
-    def _fit(self, db, table, validation_source, callbacks, resume, total, warm=None):
-        self._check_callbacks(callbacks)
-        name = TableName.parse(table)
-        ensure_installed(db)
-        info = describe(db, name)
-        self._check_model_fits(info)
-        validation = None
-        if (
-            isinstance(validation_source, tuple)
-            and len(validation_source) == 2
-            and not _is_table(validation_source)
-        ):
-            validation = tuple(np.asarray(v) for v in validation_source)
-        elif validation_source is not None:
-            validation = describe(db, validation_source)
-            self._check_model_fits(validation)
-        compile_options = self._compile_options()
-        model_json = self.model.to_json()
-        manifest = wire.manifest(self.model)
+    def _fit(self, db, table, validation_data, callbacks, resume, total, warm=None):
+        loop.check_callbacks(callbacks)
+        info = loop.described(db, table)
+        check_model_fits(self.model, info)
+        source = validation_source(db, validation_data, self.model)
+        threads = self.threads_per_segment or db.backend.default_threads(info.segments)
+        options = SegmentOptions(
+            compile=self._compile_options(),
+            image_shape=tuple(info.image_shape),
+            batch_size=int(self.batch_size),
+            shuffle=bool(self.shuffle),
+            seed=self.seed,
+            threads=int(threads),
+            optimizer_state=self.optimizer_state,
+        )
+        model_json, manifest = self.model.to_json(), wire.manifest(self.model)
         rule = rules.make_rule(
             self.merge, wire.trainable_mask(manifest), info.segments, **(self.merge_options or {})
         )
         slices = plan_slices(db, info, self.merges_per_epoch, self.local_epochs)
-        threads = self.threads_per_segment or db.backend.default_threads(info.segments)
-        options = {
-            "compile": compile_options,
-            "batch_size": int(self.batch_size),
-            "shuffle": bool(self.shuffle),
-            "image_shape": list(info.image_shape),
-            "seed": self.seed,
-            "threads": int(threads),
-            "optimizer_state": self.optimizer_state,
-        }
         warm = (self.warm_start if warm is None else warm) and hasattr(self, "model_")
-
-        stored = None
-        if resume is not None:
-            stored = runs.load_run(db, resume)
-            if stored.weights is None:
-                raise ValueError(f"run {resume} stored no iteration yet: start a new fit")
-            if stored.table != str(info.table):
-                raise ValueError(f"run {resume} trained {stored.table}, not {info.table}")
-            if stored.weights.size != sum(wire.sizes(manifest)):
-                raise ValueError(f"run {resume} trained another model: resume it with the same one")
-            run_id, history = resume, stored.iterations
-        else:
-            history = list(self.history_) if warm else []
-            start = wire.flatten((self.model_ if warm else self.model).get_weights())
-            run_id = runs.create_run(db, str(info.table), self.stored_params(), model_json)
-
+        history = list(self.history_) if warm and resume is None else []
+        start = loop.initialize(
+            db, info, model_json, manifest, self.stored_params(), resume,
+            self.model_ if warm else self.model,
+        )  # fmt: skip
         self._drop_fitted_models()
-        self.model_ = self._local_model(model_json, compile_options)
-        self.history_ = history
-        self.run_id_ = run_id
+        self.model_ = compiled_model(model_json, options.compile)
+        self.history_ = start.stored.iterations if start.stored is not None else history
+        self.run_id_ = start.run_id
         self.segments_ = info.segments
         self.classes_ = np.arange(info.num_classes)
         self.class_names_ = info.class_names
         self._model_json, self._options = model_json, options
-        self._validation_model = None
-        first = len(history) + 1
-        schedule = _learning_rate_schedule(self.model_)
-        steps = max(max(p.batches(int(self.batch_size), int(self.local_epochs))) for p in slices)
-        hooks = self._callbacks(callbacks, total)
-        with self._holding_sessions() as sessions:
-            training = Training(
-                db=db,
-                sessions=sessions,
-                info=info,
-                run_id=run_id,
-                model_json=model_json,
-                options=options,
-                manifest=manifest,
-                rule=rule,
-                slices=slices,
-                local_epochs=int(self.local_epochs),
-                evaluate=lambda weights, stored, it: self._validation(
-                    validation, weights, stored, it
-                ),
-            )
-            bar = None
-            status = "finished"
-            try:
-                if stored is not None:
-                    training.restore(stored)
-                    runs.set_status(db, run_id, "running")
-                else:
-                    training.start(start)
-                    del start  # the rule keeps it, and replaces it at the first merge
-                wire.set_model_weights(self.model_, rule.model())
-                bar = self._progress_bar(first, total)
-                hooks.on_train_begin()
-                for iteration in range(first, total + 1):
-                    hooks.on_epoch_begin(iteration - 1)
-                    training.options = {
-                        **options,
-                        **_rate_options(self.model_, schedule, (iteration - 1) * steps),
-                    }
-                    row = database_call(f"iteration {iteration}", training.step, iteration)
-                    wire.set_model_weights(self.model_, rule.model())
-                    self.history_.append(row)
-                    self._report(row, total, bar)
-                    hooks.on_epoch_end(iteration - 1, logs=_logs(row))
-                    if self.model_.stop_training:
-                        status = "stopped_early"
-                        break
-                training.wait()
-            except TrainingError as e:
-                _record_failure(db, run_id, e)
-                raise e.continued(_resume_hint(run_id, self.history_)) from None
-            except BaseException as e:
-                _record_failure(db, run_id, e)
-                raise
-            finally:
-                training.close()
-                if bar is not None:
-                    bar.close()
-        runs.set_status(db, run_id, status)
-        hooks.on_train_end(logs=_logs(self.history_[-1]) if self.history_ else None)
+        validation = Validation(db, source, self.validation_freq, model_json, options)
+        plan = loop.Plan(
+            db, info, start.run_id, model_json, options, manifest, rule, slices,
+            int(self.local_epochs), validation,
+        )  # fmt: skip
+        loop.run(
+            plan, start, model=self.model_, history=self.history_, held=self._held(),
+            callbacks=callbacks, verbose=self.verbose, total=total,
+        )  # fmt: skip
         return self
-
-    def _callbacks(self, callbacks, total: int):
-        """Keras's CallbackList around ``model_``: one epoch per iteration. A callback that acts
-        per batch was refused by ``_check_callbacks``."""
-        keras = segment.keras_module()
-        self.model_.stop_training = False
-        return keras.callbacks.CallbackList(
-            list(callbacks or []), model=self.model_, epochs=total, verbose=0, steps=None
-        )
-
-    @staticmethod
-    def _check_callbacks(callbacks) -> None:
-        """Refuse, before any work, a callback that acts per batch: the batches run inside the
-        segments, out of its reach."""
-        keras = segment.keras_module()
-        for callback in callbacks or []:
-            hooks = _batch_hooks(keras, callback)
-            if hooks:
-                raise ValueError(
-                    f"{type(callback).__name__} acts per batch ({', '.join(hooks)}), but the "
-                    "batches run inside the segments: gpcnn calls the epoch hooks only, one "
-                    "epoch per iteration (TensorBoard with update_freq='epoch' and no profiling, "
-                    "ModelCheckpoint with save_freq='epoch' are fine)"
-                )
-
-    def _report(self, row: dict, total: int, bar) -> None:
-        shown = {k: f"{row[k]:.4f}" for k in PROGRESS_KEYS if k in row}
-        LOG.info("run %s iteration %d/%d: %s", self.run_id_, row["iteration"], total, shown)
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(shown)
-        if self.verbose == 2:
-            values = " - ".join(f"{k}: {v}" for k, v in shown.items())
-            print(f"Iteration {row['iteration']}/{total} - {row['seconds']:.1f}s - {values}")
-
-    def _validation(
-        self, validation, weights: np.ndarray, stored: StoredStart | None, iteration: int
-    ) -> dict | None:
-        """Validation metrics of ``weights`` at ``iteration`` (None when not due); a table reads
-        them from their checkpoint (``stored``) when they have one."""
-        if validation is None or not self._validates(iteration):
-            return None
-        if isinstance(validation, ImageTable):
-            return self._evaluate_table(validation, weights if stored is None else stored)
-        if getattr(self, "_validation_model", None) is None:
-            self._validation_model = self._local_model(self._model_json, self._options["compile"])
-        wire.set_model_weights(self._validation_model, weights)
-        return _evaluate_arrays(self._validation_model, *validation)
-
-    def _validates(self, iteration: int) -> bool:
-        freq = self.validation_freq
-        if isinstance(freq, int | np.integer):
-            return iteration % int(freq) == 0
-        return iteration in freq
 
     # -- in-database evaluation and prediction ------------------------------------------------
 
@@ -541,60 +325,36 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         if not hasattr(self, "model_"):
             raise NotFittedError("this GreenplumCNN is not fitted yet: call fit(table) first")
 
-    @contextlib.contextmanager
-    def _holding_sessions(self) -> Iterator[SegmentSessions]:
-        """The segment sessions for one call (``fit``, ``evaluate``, ``predict``; a call inside
-        one uses its caller's): taken from the process's pool of idle sessions, given back at
-        the end, closed on an error (a statement may have been cancelled mid-way)."""
-        held = getattr(self, "_sessions", None)
-        if held is not None:
-            yield held
-            return
-        self._sessions = self._db().backend.open_sessions(self.segments_, self._options["threads"])
-        try:
-            yield self._sessions
-        except BaseException:
-            self._sessions.close()
-            raise
-        else:
-            self._sessions.release()
-        finally:
-            self._sessions = None
+    def _held(self) -> loop.HeldSessions:
+        return self.__dict__.setdefault("_sessions", loop.HeldSessions())
 
-    def _evaluate_table(
-        self, info: ImageTable, weights: np.ndarray | StoredStart | None = None
-    ) -> dict:
-        weights = weights if weights is not None else wire.model_to_bytes(self.model_)
+    def _holding_sessions(self):
+        """The segment sessions of one call; a call inside one (a callback's) uses its caller's."""
+        return self._held()(self._db(), self.segments_, self._options.threads)
+
+    def _evaluate_table(self, info: ImageTable, options: SegmentOptions) -> dict:
         with self._holding_sessions() as sessions:
             return evaluate_table(
-                self._db(), sessions, info, self._model_json, self._options, weights
-            )
+                self._db(), sessions, info, self._model_json, options,
+                wire.model_to_bytes(self.model_),
+            )  # fmt: skip
 
-    def _table_info(self, table) -> ImageTable:
-        return describe(self._db(), table)
+    def _weights(self) -> np.ndarray:
+        """``model_``'s weights as the one vector that predictions send."""
+        return wire.vector_of(list(self.model_.weights))
 
     def predict_proba(self, x) -> np.ndarray:
         """Class probabilities of images (arrays, locally) or of a table (in the database,
         ``buffer_id`` order, as ``read_images`` returns them)."""
         self._require_fitted()
-        if not _is_table(x):
+        if not is_table(x):
             x = arrays.check_images(x)
-            return np.asarray(self.model_.predict(_model_input(x), batch_size=1000, verbose=0))
-        info = self._table_info(x)
-        backend = self._db().backend
-        with self._holding_sessions() as sessions, self._weights_sent() as params:
-            ordered = database_call(
-                "prediction",
-                backend.run_prediction,
-                sessions,
-                info.table.sql(backend),
-                {**self._prediction_params(info), **params},
-                info.keys,
+            return np.asarray(self.model_.predict(model_input(x), batch_size=1000, verbose=0))
+        info = describe(self._db(), x)
+        with self._holding_sessions() as sessions:
+            return probabilities(
+                self._db(), sessions, info, self._model_json, self._options, self._weights()
             )
-        classes = info.num_classes
-        return np.concatenate(
-            [np.frombuffer(bytes(p), dtype="<f4").reshape(-1, classes) for _, p in ordered]
-        )
 
     def predict(
         self,
@@ -613,66 +373,41 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         if output_table is None:
             return np.argmax(self.predict_proba(x), axis=1)
         self._require_fitted()
-        if not _is_table(x):
+        if not is_table(x):
             raise ValueError(
                 "output_table needs a table to predict: predict(table, output_table=…)"
             )
-        info = self._table_info(x)
-        self._check_model_fits(info)
-        with self._holding_sessions() as sessions, self._weights_sent() as params:
+        info = describe(self._db(), x)
+        check_model_fits(self.model, info)
+        with self._holding_sessions() as sessions:
+            model = (self._model_json, self._options, self._weights())
             written = write_predictions(
-                self._db(),
-                sessions,
-                info,
-                output_table,
-                pred_type,
-                top_k,
-                {**self._prediction_params(info), **params},
-                replace,
+                self._db(), sessions, info, output_table, pred_type, top_k, model, replace
             )
         return str(written)
-
-    def _prediction_params(self, info: ImageTable) -> dict:
-        return {
-            "model": self._model_json,
-            "options": json.dumps({**self._options, "image_shape": list(info.image_shape)}),
-        }
-
-    @contextlib.contextmanager
-    def _weights_sent(self) -> Iterator[dict]:
-        """``model_``'s weights in ``transfers`` while the prediction runs: its parameters."""
-        with transport.sent(
-            self._db().backend, wire.vector_of(list(self.model_.weights))
-        ) as transfer:
-            yield {"transfer": transfer}
 
     def evaluate(self, x, y=None) -> dict:
         """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""
         self._require_fitted()
-        if _is_table(x):
-            values = self._evaluate_table(self._table_info(x))
+        if is_table(x):
+            values = self._evaluate_table(describe(self._db(), x), self._options)
             values.pop("images", None)
             return values
         if y is None:
             raise ValueError("evaluate(x, y) needs labels for arrays")
-        return _evaluate_arrays(self.model_, x, y)
+        return evaluate_arrays(self.model_, x, y)
 
     def score(self, X, y=None, sample_weight=None) -> float:
         """Accuracy, the scikit-learn classifier convention: of a table computed in the
         database (only the count of correct images comes back), of arrays locally."""
         self._require_fitted()
-        if _is_table(X):
+        if is_table(X):
             if y is not None or sample_weight is not None:
                 raise ValueError("score(table) takes no y or sample_weight: the table has labels")
-            info = self._table_info(X)
-            self._check_model_fits(info)
-            compile_options = {**self._options["compile"], "metrics": ["accuracy"]}
-            options = {**self._options, "compile": compile_options}
-            with self._holding_sessions() as sessions:
-                values = evaluate_table(
-                    self._db(), sessions, info, self._model_json, options,
-                    wire.model_to_bytes(self.model_),
-                )  # fmt: skip
+            info = describe(self._db(), X)
+            check_model_fits(self.model, info)
+            accuracy = dataclasses.replace(self._options.compile, metrics=("accuracy",))
+            values = self._evaluate_table(info, self._options.replace(compile=accuracy))
             return float(values["accuracy"])
         if y is None:
             raise ValueError("score(x, y) needs labels for arrays")
@@ -695,20 +430,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
 
     def stored_params(self) -> dict:
         """The parameters as JSON-able values, as stored with each run (the model apart)."""
-        params = {k: v for k, v in self.get_params(deep=False).items() if k != "model"}
-        if not isinstance(params["optimizer"], str):
-            serialized = segment.keras_module().optimizers.serialize(params["optimizer"])
-            # Keras numbers the names of new optimizers (sgd, sgd_1, ...): not a parameter
-            serialized["config"].pop("name", None)
-            params["optimizer"] = serialized
-        if isinstance(params["database"], Database):
-            params["database"] = params["database"].url.render_as_string(hide_password=True)
-        params["metrics"] = list(params["metrics"])
-        if not isinstance(params["validation_freq"], int):
-            params["validation_freq"] = list(params["validation_freq"])
-        if isinstance(params["validation_table"], tuple):
-            params["validation_table"] = list(params["validation_table"])
-        return params
+        return parameters.stored(self.get_params(deep=False))
 
     def save(self, path: str | Path) -> None:
         """``model_`` as a Keras ``.keras`` file (or ``.weights.h5``), with the estimator's
@@ -721,16 +443,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             self.model_.save(path)
         else:
             raise ValueError(f"{path}: use a .keras or .weights.h5 file name")
-        sidecar = {
-            "params": self.stored_params(),
-            "model_json": self._model_json,
-            "options": self._options,
-            "history": self.history_,
-            "run_id": self.run_id_,
-            "segments": self.segments_,
-            "classes": self.classes_.tolist(),
-            "class_names": list(self.class_names_),
-        }
+        sidecar = {"params": self.stored_params(), **parameters.fitted_state(self)}
         Path(f"{path}.gpcnn.json").write_text(json.dumps(sidecar, indent=1))
 
     @classmethod
@@ -738,32 +451,15 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         """The fitted estimator that ``save`` wrote."""
         path = Path(path)
         sidecar = json.loads(Path(f"{path}.gpcnn.json").read_text())
-        keras = segment.keras_module()
         if path.name.endswith(".weights.h5"):
-            model = keras.saving.deserialize_keras_object(
-                json.loads(sidecar["model_json"]), safe_mode=True
-            )
+            model = rebuilt(sidecar["model_json"])
             model.load_weights(path)
         else:
-            model = keras.saving.load_model(path, safe_mode=True, compile=False)
-        params = dict(sidecar["params"])
-        for old in ("schema", "validation_data", "progress"):  # parameters of gpcnn 0.1
-            params.pop(old, None)
-        if isinstance(params["optimizer"], dict):
-            params["optimizer"] = keras.optimizers.deserialize(params["optimizer"])
-        params["metrics"] = tuple(params["metrics"])
-        if isinstance(params["validation_table"], list):
-            params["validation_table"] = tuple(params["validation_table"])
-        est = cls(model, **params)
-        est._model_json = sidecar["model_json"]
-        est._options = sidecar["options"]
-        est.model_ = est._local_model(sidecar["model_json"], est._compile_options())
+            model = keras_module().saving.load_model(path, safe_mode=True, compile=False)
+        est = cls(model, **parameters.loaded(sidecar["params"]))
+        parameters.set_fitted_state(est, sidecar)
+        est.model_ = compiled_model(sidecar["model_json"], est._compile_options())
         est.model_.set_weights(model.get_weights())
-        est.history_ = sidecar["history"]
-        est.run_id_ = sidecar["run_id"]
-        est.segments_ = sidecar["segments"]
-        est.classes_ = np.asarray(sidecar["classes"])
-        est.class_names_ = tuple(sidecar["class_names"])
         return est
 
     # -- sessions -----------------------------------------------------------------------------
@@ -786,106 +482,17 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        for private in ("_sessions", "_validation_model", "_staged", "_staged_finalizer"):
+        for private in ("_sessions", "_staged", "_staged_finalizer"):
             state.pop(private, None)  # a copy does not own the tables its original staged
         return state
-
-    def _progress_bar(self, first: int, last: int):
-        if self.verbose != 1 or last < first:
-            return None
-        from tqdm.auto import tqdm
-
-        return tqdm(total=last - first + 1, desc=f"run {self.run_id_}", unit="it")
-
-
-def _learning_rate_schedule(model) -> Any:
-    """The optimizer's ``LearningRateSchedule``, or None for a plain rate."""
-    keras = segment.keras_module()
-    rate = getattr(model.optimizer, "_learning_rate", None)
-    return rate if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) else None
-
-
-def _rate_options(model, schedule, step: int) -> dict:
-    """What the segments set before an iteration: the schedule's step (batches trained so far),
-    or the rate that callbacks may have changed on ``model_``."""
-    if schedule is not None:
-        return {"optimizer_step": int(step)}
-    keras = segment.keras_module()
-    return {"learning_rate": float(keras.ops.convert_to_numpy(model.optimizer.learning_rate))}
-
-
-BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
-
-
-def _batch_hooks(keras, callback) -> list[str]:
-    """The per-batch hooks a callback really uses (Keras's own that only log per epoch, as
-    configured, use none)."""
-    callbacks = keras.callbacks
-    if isinstance(callback, callbacks.TensorBoard):
-        epochal = callback.update_freq == "epoch" and not getattr(callback, "_stop_batch", 0)
-        return [] if epochal else ["update_freq or profile_batch"]
-    if isinstance(callback, callbacks.ModelCheckpoint):
-        return [] if callback.save_freq == "epoch" else ["save_freq"]
-    base = callbacks.Callback
-    return [
-        hook
-        for hook in BATCH_HOOKS
-        if getattr(type(callback), hook) is not getattr(base, hook) or hook in vars(callback)
-    ]
-
-
-def _logs(row: dict) -> dict:
-    """The iteration's numbers, as Keras callbacks read logs (the epoch is their argument:
-    ``epoch`` and ``iteration`` would collide with ModelCheckpoint's ``{epoch}``)."""
-    return {
-        k: v
-        for k, v in row.items()
-        if k not in ("epoch", "iteration")
-        and isinstance(v, int | float)
-        and not isinstance(v, bool)
-    }
-
-
-def _record_failure(db: Database, run_id: int, error: BaseException) -> None:
-    """The run's status after an exception; the server may be gone, and that error wins."""
-    with contextlib.suppress(Exception):  # unreachable: the run stays "running", resumable
-        runs.set_status(db, run_id, "failed", f"{type(error).__name__}: {error}"[:2000])
-
-
-def _resume_hint(run_id: int, history: list[dict]) -> str:
-    if not history:
-        return f"run {run_id} stored no iteration: start a new fit"
-    last = history[-1]["iteration"]
-    return f"run {run_id} keeps iteration {last}: fit(table, resume={run_id}) continues it"
 
 
 def _checked_input(X, y, *, at_least_two: bool):
     """A table as it is (``_training_table`` checks its y), arrays through ``gpcnn.data.arrays``
     before anything reaches the database."""
-    if _is_table(X):
+    if is_table(X):
         return X, y
     return arrays.check_training(X, y, at_least_two=at_least_two)
 
 
-def _is_table(x) -> bool:
-    return isinstance(x, str | TableName) or (
-        isinstance(x, tuple) and len(x) == 2 and all(isinstance(p, str) for p in x)
-    )
-
-
-def _model_input(x) -> np.ndarray:
-    """Arrays as the model takes them: uint8 through the one conversion, floats as they are."""
-    x = np.asarray(x)
-    if x.ndim == 3:
-        x = x[..., np.newaxis]
-    return segment.to_model_input(x) if x.dtype == np.uint8 else x.astype(np.float32)
-
-
-def _evaluate_arrays(model, x, y) -> dict:
-    logs = model.evaluate(
-        _model_input(x), np.asarray(y), batch_size=1000, verbose=0, return_dict=True
-    )
-    return {k: float(v) for k, v in logs.items()}
-
-
-__all__ = ["GreenplumCNN", "TrainingError"]
+__all__ = ["OPTIMIZER_STATES", "GreenplumCNN", "TrainingError"]

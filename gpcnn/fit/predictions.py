@@ -1,5 +1,6 @@
-"""Predictions written into a table, as MADlib's ``madlib_keras_predict`` does: computed on the
-segments and inserted there, nothing through the client, the output appearing atomically.
+"""Predictions in the database: class probabilities of a table's buffers back to the client, or
+written into a table, as MADlib's ``madlib_keras_predict`` does: computed on the segments and
+inserted there, nothing through the client, the output appearing atomically.
 
 The output is built under a staging name (committed, so that every segment session can insert
 into it), filled by one INSERT … SELECT per group of keys, and renamed to its final name in one
@@ -9,6 +10,9 @@ transaction; a failure drops the staging table, and the previous output, if any,
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
+
+import numpy as np
 
 from gpcnn.data.tables import (
     STAGING_SUFFIX,
@@ -18,10 +22,11 @@ from gpcnn.data.tables import (
     checked_name,
     resolved_name,
 )
-from gpcnn.engines import Database
+from gpcnn.engines import Database, transport
 from gpcnn.engines.catalog import Catalog, relation_exists
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.fit.errors import database_call
+from gpcnn.kernel.protocol import SegmentOptions
 
 PRED_TYPES = ("response", "prob", "topk")
 
@@ -43,6 +48,44 @@ def rows_per_image(pred_type: str, top_k: int | None, classes: int) -> int:
     return top_k
 
 
+@contextlib.contextmanager
+def _sent(
+    db: Database, info: ImageTable, model_json: str, options: SegmentOptions, weights: np.ndarray
+) -> Iterator[dict]:
+    """The prediction statement's parameters, ``weights`` in ``transfers`` while it runs."""
+    with transport.sent(db.backend, weights) as transfer:
+        yield {
+            "model": model_json,
+            "options": options.replace(image_shape=info.image_shape).to_json(),
+            "transfer": transfer,
+        }
+
+
+def probabilities(
+    db: Database,
+    sessions: SegmentSessions,
+    info: ImageTable,
+    model_json: str,
+    options: SegmentOptions,
+    weights: np.ndarray,
+) -> np.ndarray:
+    """Class probabilities of every image of ``info``'s table, in ``buffer_id`` order."""
+    backend = db.backend
+    with _sent(db, info, model_json, options, weights) as params:
+        ordered = database_call(
+            "prediction",
+            backend.run_prediction,
+            sessions,
+            info.table.sql(backend),
+            params,
+            info.keys,
+        )
+    classes = info.num_classes
+    return np.concatenate(
+        [np.frombuffer(bytes(p), dtype="<f4").reshape(-1, classes) for _, p in ordered]
+    )
+
+
 def write_predictions(
     db: Database,
     sessions: SegmentSessions,
@@ -50,11 +93,16 @@ def write_predictions(
     output,
     pred_type: str,
     top_k: int | None,
-    params: dict,
+    model: tuple[str, SegmentOptions, np.ndarray],
     replace: bool = False,
 ) -> TableName:
-    """Predict every image of ``info``'s table into ``output``; ``params`` are the model, options
-    and weights of the prediction statement. Returns the output's name."""
+    """Predict every image of ``info``'s table into ``output`` with ``model`` (its JSON, options
+    and weights). Returns the output's name."""
+    with _sent(db, info, *model) as params:
+        return _write(db, sessions, info, output, pred_type, top_k, params, replace)
+
+
+def _write(db, sessions, info, output, pred_type, top_k, params, replace) -> TableName:
     info.require_ids("write predictions keyed by image id")
     k = rows_per_image(pred_type, top_k, info.num_classes)
     backend = db.backend

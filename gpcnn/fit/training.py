@@ -12,7 +12,6 @@ while the next iteration trains.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Sequence
@@ -23,12 +22,14 @@ import numpy as np
 
 from gpcnn.data.tables import ImageTable, buffer_counts
 from gpcnn.engines import Database
-from gpcnn.engines.base import EVERY_KEY, StoredStart
+from gpcnn.engines.base import StoredStart
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.engines.transport import EVERY_KEY
 from gpcnn.fit import rules
 from gpcnn.fit.errors import TrainingError, database_call
 from gpcnn.kernel import averaging, wire
+from gpcnn.kernel.protocol import SegmentOptions
 
 
 @dataclass(frozen=True)
@@ -93,15 +94,12 @@ def evaluate_table(
     sessions: SegmentSessions,
     info: ImageTable,
     model_json: str,
-    options: dict,
+    options: SegmentOptions,
     weights: bytes | np.ndarray | StoredStart,
 ) -> dict:
     """Image-weighted loss and metrics of ``weights`` (or of a stored checkpoint's model) over a
     whole table, in the database."""
-    params = {
-        "model": model_json,
-        "options": json.dumps({**options, "image_shape": list(info.image_shape)}),
-    }
+    params = {"model": model_json, "options": options.replace(image_shape=info.image_shape)}
     vector = wire.from_bytes(weights) if isinstance(weights, bytes) else weights
     metrics = database_call(
         "evaluation",
@@ -126,22 +124,22 @@ class Training:
         info: ImageTable,
         run_id: int,
         model_json: str,
-        options: dict,
+        options: SegmentOptions,
         manifest: list[dict],
         rule: rules.MergeRule,
         slices: Sequence[Slice],
         local_epochs: int,
-        evaluate,  # (weights, StoredStart or None, iteration) -> {"loss": ..., ...} or None
+        validation,  # a fit.validation.Validation
         retention: Retention | None = None,
     ) -> None:
         self.db, self.backend, self.sessions, self.info = db, db.backend, sessions, info
         self.run_id, self.model_json, self.options = run_id, model_json, options
         self.rule, self.slices, self.local_epochs = rule, slices, local_epochs
-        self.evaluate = evaluate
+        self.validation = validation
         self.retention = retention or DEFAULT_RETENTION
         self.rows: list[dict] = []  # the run's history so far (what retention decides on)
         self.weight_count = sum(wire.sizes(manifest))
-        self.policy = options.get("optimizer_state", "reset")
+        self.policy = options.optimizer_state
         # Each segment needs its own start when the rule keeps per-segment models or each
         # segment keeps its optimizer state ("local").
         self.per_segment = rule.per_segment or self.policy == "local"
@@ -205,8 +203,9 @@ class Training:
 
     # -- one iteration ----------------------------------------------------------------------
 
-    def step(self, iteration: int) -> dict:
-        """Train, merge, evaluate and store iteration ``iteration``; return its history row."""
+    def step(self, iteration: int, rate: dict) -> dict:
+        """Train, merge, evaluate and store iteration ``iteration`` at learning ``rate`` (its
+        ``learning_rate`` or ``optimizer_step``); return its history row."""
         started = time.perf_counter()
         part = self.slices[(iteration - 1) % len(self.slices)]
         params = {
@@ -222,8 +221,8 @@ class Training:
             not isinstance(starts, StoredStart)
             and next(iter(starts.values())).size > self.weight_count
         )
-        params["options"] = json.dumps(
-            {**self.options, "iteration": iteration, "optimizer_sent": sent_optimizer}
+        params["options"] = self.options.for_iteration(
+            iteration=iteration, optimizer_sent=sent_optimizer, **rate
         )
         merged_in_db = not (self.rule.per_segment or self.policy == "local")
         result = database_call(
@@ -295,13 +294,16 @@ class Training:
     def _validation(
         self, model: np.ndarray, stored: StoredStart, segments: dict | None, iteration: int
     ) -> dict:
-        values = self.evaluate(model, stored, iteration)
+        values = self.validation.evaluate(self.sessions, model, stored, iteration)
         if values is None:
             return {}
         row = {f"val_{k}": v for k, v in values.items() if k != "images"}
         if isinstance(self.rule, rules.NoMerge):
             # K workers that never merge: their own curves, their mean, and the one-shot average.
-            per_key = {k: self.evaluate(w, None, iteration) for k, w in segments.items()}
+            per_key = {
+                k: self.validation.evaluate(self.sessions, w, None, iteration)
+                for k, w in segments.items()
+            }
             row = {f"{name}_average": v for name, v in row.items()}
             for name in values:
                 if name == "images":

@@ -1,7 +1,8 @@
 """The code that runs inside the database, one segment at a time.
 
-Plain Python: the installer copies this module (with ``wire`` and ``averaging``) into the bodies of the
-``plpython3u`` functions, and tests import it directly. Everything arrives as arguments: nothing here
+Plain Python: the installer copies this module (with the rest of ``gpcnn.kernel``) into the bodies of
+the ``plpython3u`` functions, and tests import it directly. The options of every call arrive as the
+JSON of ``protocol.SegmentOptions``. Everything arrives as arguments: nothing here
 reads tables (on Greenplum a UDF may not query during a distributed query).
 
 The training aggregate, MADlib-style (docs/design.md, The aggregate protocol), with every vector in chunks:
@@ -25,7 +26,6 @@ import os
 import random
 import struct
 import sys
-import tempfile
 import traceback
 from collections import OrderedDict
 from typing import Any
@@ -33,6 +33,8 @@ from typing import Any
 import numpy as np
 
 from . import averaging, wire
+from .keras_setup import compiled, keras_module, rebuilt
+from .protocol import SegmentOptions
 
 STATE_MAGIC = b"GPCS"
 RESULT_MAGIC = b"GPCR"
@@ -41,7 +43,6 @@ _MODEL_CACHE_SIZE = 4
 EVALUATION_BATCH = 1000  # images per test_on_batch call: only speed depends on it
 
 _models: OrderedDict[str, Any] = OrderedDict()
-_threads: int | None = None
 
 
 class SegmentError(RuntimeError):
@@ -82,30 +83,6 @@ def little_endian(values: list[int], width: int) -> bytes:
 # -- TensorFlow in this process ---------------------------------------------------------------
 
 
-def keras_module(threads: int | None = None) -> Any:
-    """Import Keras, fixing TensorFlow's settings first (thread counts only work before TF starts)."""
-    global _threads
-    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
-    if not os.environ.get("HOME") and "KERAS_HOME" not in os.environ:
-        os.environ["KERAS_HOME"] = os.path.join(tempfile.gettempdir(), "gpcnn-keras")
-    if not sys.argv:
-        sys.argv = ["gpcnn"]  # absl and friends index sys.argv, which is empty in a backend
-    import tensorflow as tf
-
-    if _threads is None and threads:
-        try:
-            tf.config.threading.set_intra_op_parallelism_threads(int(threads))
-            tf.config.threading.set_inter_op_parallelism_threads(int(threads))
-            _threads = int(threads)
-        except RuntimeError:  # TF already initialised in this process by someone else
-            _threads = tf.config.threading.get_intra_op_parallelism_threads() or None
-    import keras
-
-    return keras
-
-
 def probe(threads: int | None = None) -> str:
     """Versions and resources of the Python that runs here, as JSON (the environment check)."""
     keras = keras_module(threads)
@@ -125,26 +102,20 @@ def probe(threads: int | None = None) -> str:
     )
 
 
-def build_model(model_json: str, options: dict) -> Any:
+def build_model(model_json: str, options: SegmentOptions) -> Any:
     """A compiled model for (architecture, compile options), cached per process."""
-    key = hashlib.sha256((model_json + json.dumps(options["compile"], sort_keys=True)).encode())
-    key = key.hexdigest()
+    compile_json = json.dumps(options.compile.to_dict(), sort_keys=True)
+    key = hashlib.sha256((model_json + compile_json).encode()).hexdigest()
     if key in _models:
         _models.move_to_end(key)
         return _models[key]
-    keras = keras_module(options.get("threads"))
     try:
-        model = keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
+        model = rebuilt(model_json, options.threads)
     except Exception as e:
         raise SegmentError(
             f"the model cannot be rebuilt in safe mode ({type(e).__name__}: {e})"
         ) from e
-    compile_options = options["compile"]
-    model.compile(
-        optimizer=keras.optimizers.deserialize(compile_options["optimizer"]),
-        loss=compile_options["loss"],
-        metrics=list(compile_options["metrics"]),
-    )
+    compiled(model, options.compile)
     model.optimizer.build(model.trainable_variables)
     model._gpcnn_optimizer_start = [v.numpy() for v in model.optimizer.variables]
     _models[key] = model
@@ -159,13 +130,14 @@ def reset_optimizer(model: Any) -> None:
         var.assign(start)
 
 
-def set_rate(model: Any, options: dict) -> None:
+def set_rate(model: Any, options: SegmentOptions) -> None:
     """The client's learning rate for this iteration, or the step of its learning-rate schedule
     (batches trained so far), so that schedules and callbacks act across merges."""
-    if options.get("learning_rate") is not None:
-        model.optimizer.learning_rate = float(options["learning_rate"])
-    if options.get("optimizer_step") is not None:
-        model.optimizer.iterations.assign(int(options["optimizer_step"]))
+    step = options.iteration
+    if step.learning_rate is not None:
+        model.optimizer.learning_rate = float(step.learning_rate)
+    if step.optimizer_step is not None:
+        model.optimizer.iterations.assign(int(step.optimizer_step))
 
 
 def seed_everything(model: Any, seed: int | None, iteration: int, key: int) -> None:
@@ -239,9 +211,9 @@ def _new_state(token: str) -> dict:
     return {"count": 0, "sums": {}, "token": token, "received": 0, "chunks": 0, "started": False}
 
 
-def _receive(state: dict, chunk: int, data: bytes, options: dict) -> None:
+def _receive(state: dict, chunk: int, data: bytes, options: SegmentOptions) -> None:
     """Copy one chunk of the start vector into this statement's buffer, in chunk order."""
-    token, size = state["token"], int(options["vector_size"])
+    token, size = state["token"], options.transport.vector_size
     if chunk != state["chunks"]:
         raise SegmentError(f"start chunk {chunk} arrived, chunk {state['chunks']} was expected")
     if state["chunks"] == 0:
@@ -263,8 +235,8 @@ def _forget_other_statements(token: str) -> None:
         del _outbox[stale]
 
 
-def _take_start(state: dict, options: dict, key: int) -> np.ndarray:
-    size = int(options["vector_size"])
+def _take_start(state: dict, options: SegmentOptions, key: int) -> np.ndarray:
+    size = options.transport.vector_size
     if state["received"] != size or state["token"] not in _inbox:
         raise SegmentError(
             f"segment {key} received {state['received']} of the {size} start values before its "
@@ -310,11 +282,11 @@ def decode_result(data: bytes | memoryview) -> dict:
 
 
 def _over_batches(
-    step, x: bytes, y: bytes, n: int, options: dict, batch_size: int, sums, order=None
+    step, x: bytes, y: bytes, n: int, options: SegmentOptions, batch_size: int, sums, order=None
 ) -> None:
     """Run ``step`` (``train_on_batch`` or ``test_on_batch``) over one buffer's mini-batches, in
     ``order`` if given, and add each batch's loss and metrics, weighted by its images, to ``sums``."""
-    images = to_model_input(decode_images(x, n, options["image_shape"]))
+    images = to_model_input(decode_images(x, n, list(options.image_shape)))
     labels = decode_labels(y)
     if order is not None:
         images, labels = images[order], labels[order]
@@ -326,16 +298,17 @@ def _over_batches(
 
 
 def _next_row(
-    state: bytes | None, key: int, chunk: int | None, data: bytes | None, options: dict
+    state: bytes | None, key: int, chunk: int | None, data: bytes | None, options: SegmentOptions
 ) -> tuple[dict, bool]:
     """(state, whether to process the row's buffer now). The segment's first buffer comes once
     per chunk of its start vector (joined to it, in chunk order): each row adds its chunk, and
     the buffer is processed with the last one."""
-    header = _new_state(f"{options['transfer']}/{key}") if state is None else decode_state(state)
+    token = f"{options.transport.transfer}/{key}"
+    header = _new_state(token) if state is None else decode_state(state)
     if chunk is None:
         return header, True
     _receive(header, int(chunk), data, options)
-    return header, header["received"] == int(options["vector_size"])
+    return header, header["received"] == options.transport.vector_size
 
 
 def train_transition(
@@ -352,33 +325,32 @@ def train_transition(
 ) -> bytes:
     """One row of a segment's training (see ``_next_row`` for the start's chunks). On the first
     buffer the start is loaded (the weights, then the optimizer state if
-    ``options["optimizer_sent"]``, else a fresh optimizer), the random state fixed; on the last
+    ``options.iteration.optimizer_sent``, else a fresh optimizer), the random state fixed; on the last
     (the image count reaches ``expected``) the trained vector (weights, then optimizer variables
     unless the policy is "reset") goes to the outbox for ``state_chunks``."""
-    options = json.loads(options_json)
+    options = SegmentOptions.from_json(options_json)
     header, ready = _next_row(state, key, chunk, data, options)
     if not ready:
         return encode_state(header)
     model = build_model(model_json, options)
-    keep_optimizer = options.get("optimizer_state", "reset") != "reset"
+    keep_optimizer = options.optimizer_state != "reset"
+    iteration = options.iteration.iteration
     if not header["started"]:
         start = _take_start(header, options, key)
         count = sum(wire.sizes(wire.manifest(model)))
         _set_weights(model, start[:count])
-        if options.get("optimizer_sent"):
+        if options.iteration.optimizer_sent:
             wire.set_optimizer_vector(model, start[count:])
         else:
             reset_optimizer(model)
         set_rate(model, options)
         del start
-        seed_everything(model, options.get("seed"), options.get("iteration", 0), key)
+        seed_everything(model, options.seed, iteration, key)
     order = None
-    if options.get("shuffle"):
-        order = shuffled_order(
-            n, options.get("seed"), options.get("iteration", 0), key, header["count"]
-        )
+    if options.shuffle:
+        order = shuffled_order(n, options.seed, iteration, key, header["count"])
     sums = header["sums"]
-    _over_batches(model.train_on_batch, x, y, n, options, int(options["batch_size"]), sums, order)
+    _over_batches(model.train_on_batch, x, y, n, options, int(options.batch_size), sums, order)
     header["count"] += n
     if header["count"] > expected:
         raise SegmentError(f"saw {header['count']} images, more than the {expected} expected")
@@ -401,7 +373,7 @@ def evaluate_transition(
 ) -> bytes:
     """Loss and metrics of the sent weights on one buffer, summed over images; the weights
     arrive in chunks with the first buffer, as training's start does."""
-    options = json.loads(options_json)
+    options = SegmentOptions.from_json(options_json)
     header, ready = _next_row(state, key, chunk, data, options)
     if not ready:
         return encode_state(header)
@@ -421,12 +393,12 @@ def _set_weights(model: Any, weights: bytes | np.ndarray, digest: str | None = N
 
 
 def _probabilities(x: bytes, n: int, model_json: str, options_json: str, weights: bytes):
-    options = json.loads(options_json)
+    options = SegmentOptions.from_json(options_json)
     model = build_model(model_json, options)
     digest = hashlib.sha256(weights).hexdigest()  # a plain call per row: load only on a change
     if getattr(model, "_gpcnn_weights_digest", None) != digest:
         _set_weights(model, weights, digest)
-    images = to_model_input(decode_images(x, n, options["image_shape"]))
+    images = to_model_input(decode_images(x, n, list(options.image_shape)))
     return np.asarray(model.predict_on_batch(images), dtype="<f4")
 
 

@@ -26,7 +26,7 @@ from gpcnn.data.tables import TableError, describe, load_images, read_images
 from gpcnn.engines import Database
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, segment, wire
 from gpcnn.study import report
 from gpcnn.study.models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.study.specs import RunSpec
@@ -92,7 +92,7 @@ def configure_logical_cpus(count: int) -> None:
     """``sync`` needs K logical CPU devices, which TF allows only before it initialises."""
     import tensorflow as tf
 
-    segment.keras_module()
+    keras_setup.keras_module()
     cpus = tf.config.list_physical_devices("CPU")
     try:
         tf.config.set_logical_device_configuration(
@@ -165,7 +165,7 @@ def run_one(
     done.parent.mkdir(parents=True, exist_ok=True)
     train, test = _tables(db, spec, path, {} if data_cache is None else data_cache)
     info = describe(db, train)
-    segment.keras_module().utils.set_random_seed(spec.seed)
+    keras_setup.keras_module().utils.set_random_seed(spec.seed)
     model = MODELS[spec.model](info.image_shape, info.num_classes)
     if spec.merge == "sync":
         history = _in_fresh_process(
@@ -232,7 +232,7 @@ def _run_sync(
     import tensorflow as tf
     from tqdm.auto import tqdm
 
-    keras = segment.keras_module()
+    keras = keras_setup.keras_module()
     x, y = read_images(db, train)
     x_val, y_val = read_images(db, test)
     db.close()

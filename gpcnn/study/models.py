@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gpcnn.kernel.segment import keras_module
+from gpcnn.kernel.keras_setup import keras_module
 
 
 def small_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:

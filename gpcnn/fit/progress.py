@@ -1,0 +1,73 @@
+"""What a fit tells while it runs, as Keras callbacks that every fit adds before the user's: the
+``gpcnn`` logger's line per iteration, the progress bar (``verbose=1``) and Keras's line per
+epoch (``verbose=2``). Imported when a fit starts: it imports Keras."""
+
+from __future__ import annotations
+
+import logging
+
+from gpcnn.kernel.keras_setup import keras_module
+
+PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
+LOG = logging.getLogger("gpcnn")
+Callback = keras_module().callbacks.Callback
+
+
+def shown(logs: dict) -> dict:
+    """The numbers a progress line shows, four decimals."""
+    return {k: f"{logs[k]:.4f}" for k in PROGRESS_KEYS if k in logs}
+
+
+class LogLines(Callback):
+    """One ``INFO`` line per iteration on the ``gpcnn`` logger."""
+
+    def __init__(self, run_id: int, total: int) -> None:
+        super().__init__()
+        self.run_id, self.total = run_id, total
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        LOG.info("run %s iteration %d/%d: %s", self.run_id, epoch + 1, self.total, shown(logs))
+
+
+class ProgressBar(Callback):
+    """A tqdm bar over the iterations this call runs; ``close`` ends it, whatever ended the fit."""
+
+    def __init__(self, run_id: int, first: int, total: int) -> None:
+        super().__init__()
+        self.run_id, self.first, self.total = run_id, first, total
+        self.bar = None
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=self.total - self.first + 1, desc=f"run {self.run_id}", unit="it")
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix(shown(logs))
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class IterationLines(Callback):
+    """Keras's ``verbose=2``: one printed line per iteration."""
+
+    def __init__(self, total: int) -> None:
+        super().__init__()
+        self.total = total
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        values = " - ".join(f"{k}: {v}" for k, v in shown(logs).items())
+        print(f"Iteration {epoch + 1}/{self.total} - {logs['seconds']:.1f}s - {values}")
+
+
+def default_callbacks(run_id: int, verbose: int, first: int, total: int) -> list:
+    """The callbacks of a fit running iterations ``first`` to ``total``, by ``verbose``."""
+    callbacks: list = [LogLines(run_id, total)]
+    if verbose == 1 and total >= first:
+        callbacks.append(ProgressBar(run_id, first, total))
+    if verbose == 2:
+        callbacks.append(IterationLines(total))
+    return callbacks

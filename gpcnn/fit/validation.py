@@ -1,0 +1,107 @@
+"""A fit's validation: which iterations are validated, and the loss and metrics of a model on a
+validation table (in the database) or on arrays (locally); whether a model fits a table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gpcnn.data.tables import ImageTable, TableName, describe
+from gpcnn.engines import Database
+from gpcnn.fit.training import evaluate_table
+from gpcnn.kernel import keras_setup, segment, wire
+from gpcnn.kernel.protocol import SegmentOptions
+
+
+def is_table(x) -> bool:
+    """Whether ``x`` names a table (``"schema.name"``, a ``TableName`` or ``(schema, name)``)."""
+    return isinstance(x, str | TableName) or (
+        isinstance(x, tuple) and len(x) == 2 and all(isinstance(p, str) for p in x)
+    )
+
+
+def check_model_fits(model: Any, info: ImageTable) -> None:
+    """Refuse a model whose input or output does not match the table's images and classes."""
+    input_shape = tuple(model.input_shape[1:])
+    if input_shape != tuple(info.image_shape):
+        raise ValueError(
+            f"the model takes inputs of shape {input_shape}, but {info.table} holds images of "
+            f"shape {tuple(info.image_shape)}: change the model's Input"
+        )
+    units = model.output_shape[-1]
+    if units != info.num_classes:
+        raise ValueError(
+            f"the model has {units} output units, but {info.table} has {info.num_classes} "
+            "classes: change the last layer"
+        )
+    if 0 in info.images_per_segment:
+        raise ValueError(f"{info.table} has a segment with no rows: reload it")
+    wire.manifest(model)  # refuses mixed precision early
+
+
+def validation_source(db: Database, source, model: Any) -> ImageTable | tuple | None:
+    """Validation arrays ``(x, y)``, or a table's description (checked against ``model``)."""
+    if isinstance(source, tuple) and len(source) == 2 and not is_table(source):
+        return tuple(np.asarray(v) for v in source)
+    if source is None:
+        return None
+    info = describe(db, source)
+    check_model_fits(model, info)
+    return info
+
+
+def model_input(x) -> np.ndarray:
+    """Arrays as the model takes them: uint8 through the one conversion, floats as they are."""
+    x = np.asarray(x)
+    if x.ndim == 3:
+        x = x[..., np.newaxis]
+    return segment.to_model_input(x) if x.dtype == np.uint8 else x.astype(np.float32)
+
+
+def evaluate_arrays(model: Any, x, y) -> dict:
+    """Loss and metrics of a local model on arrays."""
+    logs = model.evaluate(
+        model_input(x), np.asarray(y), batch_size=1000, verbose=0, return_dict=True
+    )
+    return {k: float(v) for k, v in logs.items()}
+
+
+def validates(freq: int | Sequence[int], iteration: int) -> bool:
+    """Whether ``iteration`` is validated: every ``freq``-th, or those listed (Keras's meaning)."""
+    if isinstance(freq, int | np.integer):
+        return iteration % int(freq) == 0
+    return iteration in freq
+
+
+class Validation:
+    """The validation of one fit: a table (``ImageTable``), arrays ``(x, y)`` or none, every
+    ``freq``-th iteration. Arrays are evaluated by a local model of its own, built once."""
+
+    def __init__(
+        self,
+        db: Database,
+        source: ImageTable | tuple | None,
+        freq: int | Sequence[int],
+        model_json: str,
+        options: SegmentOptions,
+    ) -> None:
+        self.db, self.source, self.freq = db, source, freq
+        self.model_json, self.options = model_json, options
+        self.model: Any = None
+
+    def evaluate(self, sessions, weights: np.ndarray, stored, iteration: int) -> dict | None:
+        """Validation metrics of ``weights`` at ``iteration`` (None when not due); a table reads
+        them from their checkpoint (``stored``) when they have one."""
+        if self.source is None or not validates(self.freq, iteration):
+            return None
+        if isinstance(self.source, ImageTable):
+            start = weights if stored is None else stored
+            return evaluate_table(
+                self.db, sessions, self.source, self.model_json, self.options, start
+            )
+        if self.model is None:
+            self.model = keras_setup.compiled_model(self.model_json, self.options.compile)
+        wire.set_model_weights(self.model, weights)
+        return evaluate_arrays(self.model, *self.source)

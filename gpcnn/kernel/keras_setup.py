@@ -1,0 +1,63 @@
+"""Keras in this process: TensorFlow's settings fixed before it starts, and the one way a model is
+rebuilt from its stored form and compiled, on the client and in the segments alike."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+import tempfile
+from typing import Any
+
+from .protocol import CompileOptions
+
+_threads: int | None = None
+
+
+def keras_module(threads: int | None = None) -> Any:
+    """Import Keras, fixing TensorFlow's settings first (thread counts only work before TF starts)."""
+    global _threads
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    if not os.environ.get("HOME") and "KERAS_HOME" not in os.environ:
+        os.environ["KERAS_HOME"] = os.path.join(tempfile.gettempdir(), "gpcnn-keras")
+    if not sys.argv:
+        sys.argv = ["gpcnn"]  # absl and friends index sys.argv, which is empty in a backend
+    import tensorflow as tf
+
+    if _threads is None and threads:
+        try:
+            tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+            tf.config.threading.set_inter_op_parallelism_threads(int(threads))
+            _threads = int(threads)
+        except RuntimeError:  # TF already initialised in this process by someone else
+            _threads = tf.config.threading.get_intra_op_parallelism_threads() or None
+    import keras
+
+    return keras
+
+
+def rebuilt(model_json: str, threads: int | None = None) -> Any:
+    """The model of ``model.to_json()``, in safe mode (no code travels with a model)."""
+    keras = keras_module(threads)
+    return keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
+
+
+def compiled(model: Any, options: CompileOptions) -> Any:
+    """``model`` compiled with ``options`` (from a copy: Keras replaces a schedule's config in
+    place)."""
+    keras = keras_module()
+    model.compile(
+        optimizer=keras.optimizers.deserialize(copy.deepcopy(options.optimizer)),
+        loss=options.loss,
+        metrics=list(options.metrics),
+    )
+    return model
+
+
+def compiled_model(model_json: str, options: CompileOptions) -> Any:
+    """A new compiled model from its stored form: the client's fitted, validation and loaded
+    models, and (cached) each segment's."""
+    return compiled(rebuilt(model_json), options)
