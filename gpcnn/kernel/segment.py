@@ -65,12 +65,57 @@ def decode_labels(data: bytes | memoryview) -> np.ndarray:
     return np.frombuffer(data, dtype=LABEL_DTYPE)
 
 
-def pixel_bytes(values: list, normalized: bool) -> bytes:
-    """Images' numbers (0..255, or 0..1 when ``normalized``; one image or a list of them) as
-    stored uint8 bytes, rounded to the nearest level (``pack_table``; the range is checked)."""
-    pixels = np.asarray(values, dtype=np.float64)
+# A SQL array's in-memory form (PostgreSQL's ArrayType less its length word), as ``array_bytes``
+# gives it: ndim, the offset of the data (0: no NULL elements), the element type's oid, the
+# dimensions and lower bounds, padding to 8 bytes, then the numbers in the server's byte order.
+ARRAY_DTYPES = {
+    21: np.dtype("=i2"),
+    23: np.dtype("=i4"),
+    700: np.dtype("=f4"),
+    701: np.dtype("=f8"),
+}
+
+
+def array_values(data: bytes, n: int, length: int) -> np.ndarray:
+    """``n`` arrays of ``length`` numbers, the concatenated forms of ``array_bytes``, as an
+    (n, length) view: PL/Python would convert each element to a Python object."""
+    ndim, _, element_type = np.frombuffer(data, dtype="=i4", count=3).tolist()
+    dtype = ARRAY_DTYPES[element_type]
+    start = (16 + 8 * ndim + 7) // 8 * 8 - 4
+    step = start + length * dtype.itemsize
+    if len(data) != n * step:
+        raise SegmentError(f"{n} arrays of {length} numbers cannot take {len(data)} bytes")
+    headers = np.ndarray((n, 3 + ndim), dtype="=i4", buffer=data, strides=(step, 4))
+    if (headers != [ndim, 0, element_type, *headers[0, 3:]]).any():
+        raise SegmentError(
+            "the image arrays differ in dimensions or hold NULLs: give every row one shape"
+        )
+    return np.ndarray(
+        (n, length), dtype=dtype, buffer=data, offset=start, strides=(step, dtype.itemsize)
+    )
+
+
+def _in_range(values: np.ndarray, top: float) -> np.ndarray:
+    """Per image: every number in [0, top] (NaN is not)."""
+    return ((values >= 0) & (values <= top)).all(axis=1)
+
+
+def first_out_of_range(data: bytes, ids: list[int], length: int, top: float) -> int | None:
+    """The smallest of ``ids`` whose image (``array_values``) has a number outside [0, top]."""
+    bad = ~_in_range(array_values(data, len(ids), length), top)
+    return int(np.asarray(ids)[bad].min()) if bad.any() else None
+
+
+def pixel_bytes(data: bytes, n: int, length: int, normalized: bool) -> bytes:
+    """``n`` images (``array_values``; 0..255, or 0..1 when ``normalized``) as stored uint8
+    bytes, rounded to the nearest level (``pack_table``, which names the row of a refusal)."""
+    values = array_values(data, n, length)
+    top = 1.0 if normalized else 255.0
+    if not _in_range(values, top).all():
+        raise SegmentError(f"an image has values outside 0..{top:g}")
+    pixels = values.astype(np.float64)
     if normalized:
-        pixels = pixels * 255.0
+        pixels *= 255.0
     return np.rint(pixels).astype(np.uint8).tobytes()
 
 
