@@ -95,9 +95,12 @@ def _pack(
             raise TableError("pack_table writes a new table: target must differ from source")
         staging, keys, exists = begin_swap(conn, backend, name, k, replace)
         buffers = plan_buffers(count, keys, size)
-        buffer_of = np.empty(count, dtype=np.int64)
-        for index, buf in enumerate(buffers):
-            buffer_of[buf.start : buf.stop] = index
+        rank = np.empty(count, dtype=np.int64)  # by position in id order: when it is dealt
+        rank[order] = np.arange(count)
+        key, buffer_id = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+        for buf in buffers:  # and into which buffer
+            key[order[buf.start : buf.stop]] = buf.key
+            buffer_id[order[buf.start : buf.stop]] = buf.buffer_id
         queries.fill(
             conn,
             staging.sql(backend),
@@ -105,10 +108,9 @@ def _pack(
                 "normalized": normalized,
                 "length": math.prod(shape),
                 "values": values,
-                "order": order.tolist(),
-                "buffer_of": buffer_of.tolist(),
-                "keys": [b.key for b in buffers],
-                "buffer_ids": [b.buffer_id for b in buffers],
+                "rank": rank.tolist(),
+                "key": key.tolist(),
+                "buffer_id": buffer_id.tolist(),
             },
         )
         counts = [sum(b.stop - b.start for b in buffers if b.key == key) for key in keys]

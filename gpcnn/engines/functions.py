@@ -126,10 +126,17 @@ FUNCTIONS = (
         strict=True,
     ),
     Function(
-        "little_endian",
-        (("numbers", "bigint[]"), ("width", "integer")),
+        "image_bytes",
+        (("data", "bytea"), ("n", "integer")),
         "bytea",
-        "segment.little_endian(numbers, width)",
+        "segment.image_bytes(data, n)",
+        strict=True,
+    ),
+    Function(
+        "little_endian",
+        (("data", "bytea"), ("n", "integer"), ("width", "integer")),
+        "bytea",
+        "segment.little_endian(data, n, width)",
         strict=True,
     ),
 )

@@ -116,35 +116,44 @@ class PackingSource:
         return conn.execute(sa.text(sql), {"values": values}).first()
 
     def fill(self, conn: sa.Connection, target_sql: str, params: dict) -> None:
-        """Buffers into ``target``: row ``pos`` (0-based, in id order) is the ``rank``-th image
-        dealt (``:order`` lists the positions by rank) into buffer ``:buffer_of[rank]``, and
-        ``:keys`` / ``:buffer_ids`` give each buffer's key and id; ``:length`` numbers an image."""
+        """Buffers into ``target``: the row at position ``pos`` (0-based, in id order) is the
+        ``:rank[pos]``-th image dealt, into the buffer ``:buffer_id[pos]`` of ``:key[pos]``;
+        ``:length`` numbers an image."""
         conn.execute(sa.text(SETTINGS))
-        conn.execute(sa.text(self._fill_sql(target_sql)), params)
+        lists = {k: _array_literal(params[k]) for k in ("rank", "key", "buffer_id")}
+        conn.execute(sa.text(self._fill_sql(target_sql)), {**params, **lists})
 
     def _fill_sql(self, target_sql: str) -> str:
         s = text_safe(self.backend.qschema)
-        pixels = (  # arrays: one call per buffer on its images' in-memory forms
-            f"{s}.pixel_bytes(string_agg({s}.array_bytes(r.x), ''::bytea ORDER BY d.rank), "
-            "CAST(count(*) AS integer), :length, :normalized)"
+        n = "CAST(count(*) AS integer)"
+        pixels = (  # one call per buffer on its images' in-memory forms
+            f"{s}.pixel_bytes({_ranked(f'{s}.array_bytes(r.x)')}, {n}, :length, :normalized)"
             if self.is_array
-            else "string_agg(r.x, ''::bytea ORDER BY d.rank)"
+            else f"{s}.image_bytes({_ranked('r.x')}, {n})"
         )
-        return (  # each id's buffer and rank first, so that whole rows are sorted only once
+        label = "array_position(CAST(:values AS text[]), CAST(r.y AS text)) - 1"
+        return (  # each id's buffer and rank first, then the whole rows, hashed by buffer
             f"INSERT INTO {text_safe(target_sql)} (__dist_key__, buffer_id, n, x, y, ids) "
             f"SELECT d.key, d.buffer_id, count(*), {pixels}, "
-            f"{s}.little_endian(array_agg(CAST(array_position(CAST(:values AS text[]), "
-            "CAST(r.y AS text)) - 1 AS bigint) ORDER BY d.rank), 4), "
-            f"{s}.little_endian(array_agg(CAST(r.id AS bigint) ORDER BY d.rank), 8) "
+            f"{s}.little_endian({_ranked(f'int8send(CAST({label} AS bigint))')}, {n}, 4), "
+            f"{s}.little_endian({_ranked('int8send(CAST(r.id AS bigint))')}, {n}, 8) "
             f"FROM (SELECT {self.id} AS id, {self.x} AS x, {self.y} AS y FROM {self.source}) r "
-            "JOIN (SELECT o.id, p.rank, b.key, b.buffer_id "
-            f"FROM (SELECT {self.id} AS id, row_number() OVER (ORDER BY {self.id}) - 1 AS pos "
-            f"FROM {self.source}) o "
-            "JOIN (SELECT u.pos, u.buffer, u.rank FROM unnest(CAST(:order AS bigint[]), "
-            "CAST(:buffer_of AS integer[])) WITH ORDINALITY AS u(pos, buffer, rank)) p "
-            "ON p.pos = o.pos "
-            "JOIN (SELECT u.key, u.buffer_id, u.ordinality - 1 AS buffer FROM "
-            "unnest(CAST(:keys AS integer[]), CAST(:buffer_ids AS integer[])) WITH ORDINALITY "
-            "AS u(key, buffer_id, ordinality)) b ON b.buffer = p.buffer) d ON d.id = r.id "
+            "JOIN (SELECT o.id, (CAST(:rank AS bigint[]))[o.pos] AS rank, "
+            "(CAST(:key AS integer[]))[o.pos] AS key, "
+            "(CAST(:buffer_id AS integer[]))[o.pos] AS buffer_id "
+            f"FROM (SELECT {self.id} AS id, row_number() OVER (ORDER BY {self.id}) AS pos "
+            f"FROM {self.source}) o) d ON d.id = r.id "
             "GROUP BY d.key, d.buffer_id"
         )
+
+
+def _ranked(value_sql: str) -> str:
+    """A buffer's values, each after its rank, in one bytea: the kernel puts them in rank order,
+    so the aggregate need not sort (and the buffers may be hashed)."""
+    return f"string_agg(int8send(d.rank) || {value_sql}, ''::bytea)"
+
+
+def _array_literal(values) -> str:
+    """Integers as one array literal, bound as text: a bound list becomes ``ARRAY[...]`` of one
+    constant per element, which the server parses and plans one by one (0.2 s for 60,000)."""
+    return "{" + ",".join(map(str, values)) + "}"

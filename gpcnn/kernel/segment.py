@@ -76,52 +76,74 @@ ARRAY_DTYPES = {
 }
 
 
-def array_values(data: bytes, n: int, length: int) -> np.ndarray:
-    """``n`` arrays of ``length`` numbers, the concatenated forms of ``array_bytes``, as an
-    (n, length) view: PL/Python would convert each element to a Python object."""
-    ndim, _, element_type = np.frombuffer(data, dtype="=i4", count=3).tolist()
+def _records(data: bytes, n: int) -> np.ndarray:
+    """``n`` records of one size, as an (n, size) array of bytes."""
+    if n < 1 or len(data) % n:
+        raise SegmentError(
+            f"{len(data)} bytes are not {n} images of one size: give every row one array shape"
+        )
+    return np.frombuffer(data, dtype=np.uint8).reshape(n, -1)
+
+
+def _in_rank_order(data: bytes, n: int) -> np.ndarray:
+    """Records ``int8send(rank) || payload`` as the payloads in rank order: the aggregate that
+    concatenated them need not sort its rows."""
+    records = _records(data, n)
+    return records[np.argsort(records[:, :8].copy().view(">i8")[:, 0]), 8:]
+
+
+def array_values(records: np.ndarray, length: int) -> np.ndarray:
+    """Records that are each one array of ``length`` numbers (``array_bytes``) as an
+    (n, length) array of the numbers: PL/Python would convert each to a Python object."""
+    ndim, _, element_type = records[0, :12].view("=i4").tolist()
     dtype = ARRAY_DTYPES[element_type]
     start = (16 + 8 * ndim + 7) // 8 * 8 - 4
-    step = start + length * dtype.itemsize
-    if len(data) != n * step:
-        raise SegmentError(f"{n} arrays of {length} numbers cannot take {len(data)} bytes")
-    headers = np.ndarray((n, 3 + ndim), dtype="=i4", buffer=data, strides=(step, 4))
-    if (headers != [ndim, 0, element_type, *headers[0, 3:]]).any():
-        raise SegmentError(
-            "the image arrays differ in dimensions or hold NULLs: give every row one shape"
-        )
-    return np.ndarray(
-        (n, length), dtype=dtype, buffer=data, offset=start, strides=(step, dtype.itemsize)
-    )
+    headers = records[:, : 4 * (3 + ndim)].view("=i4")
+    if (
+        records.shape[1] != start + length * dtype.itemsize
+        or (headers != [ndim, 0, element_type, *headers[0, 3:]]).any()
+    ):
+        raise SegmentError("the image arrays differ in shape or hold NULLs: give every row one")
+    return records[:, start:].view(dtype)
 
 
 def _in_range(values: np.ndarray, top: float) -> np.ndarray:
-    """Per image: every number in [0, top] (NaN is not)."""
-    return ((values >= 0) & (values <= top)).all(axis=1)
+    """Per image: every number in [0, top] (NaN is not: it makes the minimum NaN)."""
+    return (values.min(axis=1) >= 0) & (values.max(axis=1) <= top)
 
 
 def first_out_of_range(data: bytes, ids: list[int], length: int, top: float) -> int | None:
-    """The smallest of ``ids`` whose image (``array_values``) has a number outside [0, top]."""
-    bad = ~_in_range(array_values(data, len(ids), length), top)
+    """The smallest of ``ids`` whose image (``array_bytes``, concatenated in the order of
+    ``ids``) has a number outside [0, top]."""
+    bad = ~_in_range(array_values(_records(data, len(ids)), length), top)
     return int(np.asarray(ids)[bad].min()) if bad.any() else None
 
 
 def pixel_bytes(data: bytes, n: int, length: int, normalized: bool) -> bytes:
-    """``n`` images (``array_values``; 0..255, or 0..1 when ``normalized``) as stored uint8
-    bytes, rounded to the nearest level (``pack_table``, which names the row of a refusal)."""
-    values = array_values(data, n, length)
+    """``n`` images (records of a rank and ``array_bytes``; 0..255, or 0..1 when
+    ``normalized``) as stored uint8 bytes in rank order, rounded to the nearest level
+    (``pack_table``, which names the row of a refusal)."""
+    values = array_values(_in_rank_order(data, n), length)
     top = 1.0 if normalized else 255.0
     if not _in_range(values, top).all():
         raise SegmentError(f"an image has values outside 0..{top:g}")
+    if values.dtype.kind == "i" and not normalized:
+        return values.astype(np.uint8).tobytes()  # what rounding would give
     pixels = values.astype(np.float64)
     if normalized:
         pixels *= 255.0
     return np.rint(pixels).astype(np.uint8).tobytes()
 
 
-def little_endian(values: list[int], width: int) -> bytes:
-    """Integers as little-endian bytes of ``width`` (4: labels, 8: ids), in the stored layout."""
-    return np.asarray(values, dtype=f"<i{int(width)}").tobytes()
+def image_bytes(data: bytes, n: int) -> bytes:
+    """``n`` uint8 images (records of a rank and the image) in rank order."""
+    return _in_rank_order(data, n).tobytes()
+
+
+def little_endian(data: bytes, n: int, width: int) -> bytes:
+    """``n`` integers (records of a rank and ``int8send``) in rank order as little-endian
+    bytes of ``width`` (4: labels, 8: ids), in the stored layout."""
+    return _in_rank_order(data, n).view(">i8").astype(f"<i{int(width)}").tobytes()
 
 
 # -- TensorFlow in this process ---------------------------------------------------------------
