@@ -57,6 +57,7 @@ def pack_table(
     an integer id per row, required (a row order is not an id)."""
     db = connect(db)
     ensure_installed(db)  # the packing runs gpcnn's functions on the segments
+    name = checked_name(target)
     with db.connect() as conn:
         src = resolved_name(conn, TableName.parse(source))
         queries, count = _check_columns(conn, db.backend, src, x_column, y_column, id_column)
@@ -66,7 +67,7 @@ def pack_table(
         "buffer_size": buffer_size, "class_values": class_values, "seed": seed, "replace": replace,
     }  # fmt: skip
     try:
-        return _pack(db, queries, src, checked_name(target), count, **options)
+        return _pack(db, queries, src, name, count, **options)
     except (TableError, DatabaseError):
         # The fill checks the range as it converts: any refusal from here on is first the
         # range's, for the row named by the check alone, as if it had come first.
