@@ -110,12 +110,12 @@ FUNCTIONS = (
         "first_out_of_range",
         (
             ("data", "bytea"),
-            ("ids", "bigint[]"),
+            ("n", "integer"),
             ("length", "integer"),
             ("top", "double precision"),
         ),
         "bigint",
-        "segment.first_out_of_range(data, ids, length, top)",
+        "segment.first_out_of_range(data, n, length, top)",
         strict=True,
     ),
     Function(

@@ -88,8 +88,9 @@ class PackingSource:
         groups = math.ceil(count * length * ITEM_BYTES[self.x_type] / GROUP_BYTES)
         sql = (
             f"SELECT min(g.bad) FROM (SELECT least(min(r.id) FILTER (WHERE r.holes), "
-            f"{s}.first_out_of_range(string_agg({s}.array_bytes(r.x), ''::bytea) FILTER "
-            "(WHERE NOT r.holes), array_agg(r.id) FILTER (WHERE NOT r.holes), :length, :top)) "
+            f"{s}.first_out_of_range(string_agg(int8send(r.id) || {s}.array_bytes(r.x), "
+            "''::bytea) FILTER (WHERE NOT r.holes), CAST(count(*) FILTER (WHERE NOT r.holes) "
+            "AS integer), :length, :top)) "
             f"AS bad FROM (SELECT CAST({self.id} AS bigint) AS id, {self.x} AS x, "
             f"array_position({self.x}, NULL) IS NOT NULL AS holes FROM {self.source}) r "
             "GROUP BY abs(hashint8(r.id) % :groups)) g"

@@ -85,11 +85,17 @@ def _records(data: bytes, n: int) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8).reshape(n, -1)
 
 
+def _leading(records: np.ndarray) -> np.ndarray:
+    """The ``int8send`` number that leads each record (a rank or an id): one aggregate carries
+    a row's values together, whatever order it met the rows in."""
+    return records[:, :8].copy().view(">i8")[:, 0]
+
+
 def _in_rank_order(data: bytes, n: int) -> np.ndarray:
     """Records ``int8send(rank) || payload`` as the payloads in rank order: the aggregate that
     concatenated them need not sort its rows."""
     records = _records(data, n)
-    return records[np.argsort(records[:, :8].copy().view(">i8")[:, 0]), 8:]
+    return records[np.argsort(_leading(records)), 8:]
 
 
 def array_values(records: np.ndarray, length: int) -> np.ndarray:
@@ -112,11 +118,12 @@ def _in_range(values: np.ndarray, top: float) -> np.ndarray:
     return (values.min(axis=1) >= 0) & (values.max(axis=1) <= top)
 
 
-def first_out_of_range(data: bytes, ids: list[int], length: int, top: float) -> int | None:
-    """The smallest of ``ids`` whose image (``array_bytes``, concatenated in the order of
-    ``ids``) has a number outside [0, top]."""
-    bad = ~_in_range(array_values(_records(data, len(ids)), length), top)
-    return int(np.asarray(ids)[bad].min()) if bad.any() else None
+def first_out_of_range(data: bytes, n: int, length: int, top: float) -> int | None:
+    """The smallest id of ``n`` records ``int8send(id) || array_bytes`` whose image has a number
+    outside [0, top]."""
+    records = _records(data, n)
+    bad = ~_in_range(array_values(records[:, 8:], length), top)
+    return int(_leading(records)[bad].min()) if bad.any() else None
 
 
 def pixel_bytes(data: bytes, n: int, length: int, normalized: bool) -> bytes:
