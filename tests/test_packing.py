@@ -149,11 +149,22 @@ def test_bad_rows_are_refused_by_their_id_before_anything_is_written(engine):
     )
     _bad(engine, [(1, [0.5] * 16, "a"), (5, [0.5] * 15 + [1.5], "b")], x_type="real[]",
          normalized=True, match="id 5 has values outside 0..1")  # fmt: skip
+    _bad(engine, [(1, good, "a"), (6, [0] * 15 + [None], "b")], match="id 6 has values outside")
+    _bad(engine, [(1, [0.5] * 16, "a"), (3, [0.5] * 15 + [float("nan")], "b")], x_type="real[]",
+         normalized=True, match="id 3 has values outside 0..1")  # fmt: skip
     _bad(engine, [(1, [0] * 10, "a"), (2, [0] * 10, "b")], match="not square: give shape")
     _bad(engine, [(1, good, "a")], match="'pixels' is not a column", x_column="pixels")
     _bad(engine, [(1, good, "a")], x_type="text", match="images must be one of")
     _bad(engine, [(1, [0] * 12, "a"), (2, [0] * 12, "b")], match="shape must be",
          shape=(2, 2, 2, 2))  # fmt: skip
+
+
+def test_the_range_is_refused_before_what_is_checked_after_it_and_by_the_first_row(engine):
+    over = [300] * 16
+    rows = [(i, [0] * 16 if i < 50 else over, "a") for i in range(60, 0, -1)]
+    _bad(engine, rows, match="id 50 has values outside", segments=3, buffer_size=4)
+    _bad(engine, [(2, over, "a"), (3, over, "z")], match="id 2 has values", class_values=["a"])
+    _bad(engine, [(2, over, "a"), (3, over, "b")], match="id 2 has values", segments=5)
 
 
 def test_a_given_shape_and_rgb(engine):

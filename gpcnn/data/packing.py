@@ -26,7 +26,7 @@ from gpcnn.data.tables import (
     plan_buffers,
     resolved_name,
 )
-from gpcnn.engines import Database, connect
+from gpcnn.engines import Database, DatabaseError, connect
 from gpcnn.engines.install import ensure_installed
 from gpcnn.engines.packing import ID_TYPES, IMAGE_TYPES, PackingSource, column_types
 
@@ -96,17 +96,35 @@ def pack_table(
     """
     db = connect(db)
     ensure_installed(db)  # the packing runs gpcnn's functions on the segments
-    backend = db.backend
     name = checked_name(target)
     with db.connect() as conn:
         src = resolved_name(conn, TableName.parse(source))
-        queries, count = _check_columns(conn, backend, src, x_column, y_column, id_column)
-        image_shape = _check_rows(conn, queries, src, shape, normalized)
+        queries, count = _check_columns(conn, db.backend, src, x_column, y_column, id_column)
+        image_shape = _check_rows(conn, queries, src, shape)
+    options = {
+        "shape": image_shape, "normalized": bool(normalized), "segments": segments,
+        "buffer_size": buffer_size, "class_values": class_values, "seed": seed, "replace": replace,
+    }  # fmt: skip
+    try:
+        return _pack(db, queries, src, name, count, **options)
+    except (TableError, DatabaseError):
+        # The fill checks the range as it converts: any refusal from here on is first the
+        # range's, for the row named by the check alone, as if it had come first.
+        _refuse_out_of_range(db, queries, src, count, image_shape, normalized)
+        raise
+
+
+def _pack(
+    db: Database, queries: PackingSource, src: TableName, name: TableName, count: int, *,
+    shape, normalized, segments, buffer_size, class_values, seed, replace,
+) -> ImageTable:  # fmt: skip
+    backend = db.backend
+    with db.connect() as conn:
         values = _class_values(conn, queries, src, class_values)
     k = backend.default_segments() if segments is None else int(segments)
     if k < 1 or count < k:
         raise TableError(f"{count} images cannot give each of {k} segments at least one")
-    size = default_buffer_size(count, k, image_shape) if buffer_size is None else int(buffer_size)
+    size = default_buffer_size(count, k, shape) if buffer_size is None else int(buffer_size)
     if size < 1:
         raise TableError(f"buffer_size must be >= 1, got {buffer_size}")
     size = min(size, math.ceil(count / k))
@@ -117,19 +135,22 @@ def pack_table(
             raise TableError("pack_table writes a new table: target must differ from source")
         staging, keys, exists = begin_swap(conn, backend, name, k, replace)
         buffers = plan_buffers(count, keys, size)
-        buffer_of = np.empty(count, dtype=np.int64)
-        for index, buf in enumerate(buffers):
-            buffer_of[buf.start : buf.stop] = index
+        rank = np.empty(count, dtype=np.int64)  # by position in id order: when it is dealt
+        rank[order] = np.arange(count)
+        key, buffer_id = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
+        for buf in buffers:  # and into which buffer
+            key[order[buf.start : buf.stop]] = buf.key
+            buffer_id[order[buf.start : buf.stop]] = buf.buffer_id
         queries.fill(
             conn,
             staging.sql(backend),
             {
-                "normalized": bool(normalized),
+                "normalized": normalized,
+                "length": math.prod(shape),
                 "values": values,
-                "order": order.tolist(),
-                "buffer_of": buffer_of.tolist(),
-                "keys": [b.key for b in buffers],
-                "buffer_ids": [b.buffer_id for b in buffers],
+                "rank": rank.tolist(),
+                "key": key.tolist(),
+                "buffer_id": buffer_id.tolist(),
             },
         )
         counts = [sum(b.stop - b.start for b in buffers if b.key == key) for key in keys]
@@ -141,7 +162,7 @@ def pack_table(
             keys,
             exists,
             {
-                "image_shape": list(image_shape),
+                "image_shape": list(shape),
                 "num_classes": len(values),
                 "class_names": values,
                 "buffer_size": size,
@@ -165,23 +186,22 @@ def _check_columns(conn, backend, src: TableName, x: str, y: str, id_: str):
     if types[id_] not in ID_TYPES:
         raise TableError(f"{src}.{id_} is {types[id_]}: ids must be one of {', '.join(ID_TYPES)}")
     queries = PackingSource(backend, src.sql(backend), x, y, id_, types[x])
-    total, distinct = queries.counts(conn)
+    total, distinct, nulls, null_image, null_label = queries.summary(conn)
     if total == 0:
         raise TableError(f"{src} has no rows to pack")
-    nulls = queries.null_ids(conn)
     if nulls:
         raise TableError(f"{src}: {nulls} rows have a NULL {id_}; every image needs an id")
     if distinct != total:
         duplicate = queries.duplicate_id(conn)
         raise TableError(f"{src}: {id_} = {duplicate} appears more than once; ids must be unique")
-    return queries, int(total)
-
-
-def _check_rows(conn, queries: PackingSource, src: TableName, shape, normalized: bool):
-    missing = queries.first_null(conn)
+    missing = min((i for i in (null_image, null_label) if i is not None), default=None)
     if missing is not None:
-        what = "images" if missing[1] else "label"
-        raise TableError(f"{src}: the row with id {missing[0]} has NULL {what}")
+        what = "images" if missing == null_image else "label"
+        raise TableError(f"{src}: the row with id {missing} has NULL {what}")
+    return queries, total
+
+
+def _check_rows(conn, queries: PackingSource, src: TableName, shape) -> tuple[int, int, int]:
     lengths = queries.lengths(conn)
     image_shape = _shape(lengths[0][0], shape, src)
     expected = math.prod(image_shape)
@@ -191,15 +211,22 @@ def _check_rows(conn, queries: PackingSource, src: TableName, shape, normalized:
                 f"{src}: the row with id {first_id} has {length} values, expected {expected} "
                 f"for images of shape {image_shape}"
             )
-    if queries.is_array:
-        top = 1.0 if normalized else 255.0
-        bad = queries.first_out_of_range(conn, top)
-        if bad is not None:
-            raise TableError(
-                f"{src}: the row with id {bad} has values outside 0..{top:g}"
-                + ("" if normalized else " (pass normalized=True for images in 0..1)")
-            )
     return image_shape
+
+
+def _refuse_out_of_range(
+    db: Database, queries: PackingSource, src: TableName, count: int, shape, normalized: bool
+) -> None:
+    if not queries.is_array:
+        return
+    top = 1.0 if normalized else 255.0
+    with db.connect() as conn:
+        bad = queries.first_out_of_range(conn, count, math.prod(shape), top)
+    if bad is not None:
+        raise TableError(
+            f"{src}: the row with id {bad} has values outside 0..{top:g}"
+            + ("" if normalized else " (pass normalized=True for images in 0..1)")
+        ) from None
 
 
 def _shape(length: int, shape, src: TableName) -> tuple[int, int, int]:

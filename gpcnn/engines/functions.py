@@ -107,19 +107,45 @@ FUNCTIONS = (
         strict=True,
     ),
     Function(
+        "first_out_of_range",
+        (
+            ("data", "bytea"),
+            ("n", "integer"),
+            ("length", "integer"),
+            ("top", "double precision"),
+        ),
+        "bigint",
+        "segment.first_out_of_range(data, n, length, top)",
+        strict=True,
+    ),
+    Function(
         "pixel_bytes",
-        (("pixels", "double precision[]"), ("normalized", "boolean")),  # any number of dims
+        (("data", "bytea"), ("n", "integer"), ("length", "integer"), ("normalized", "boolean")),
         "bytea",
-        "segment.pixel_bytes(pixels, normalized)",
+        "segment.pixel_bytes(data, n, length, normalized)",
+        strict=True,
+    ),
+    Function(
+        "image_bytes",
+        (("data", "bytea"), ("n", "integer")),
+        "bytea",
+        "segment.image_bytes(data, n)",
         strict=True,
     ),
     Function(
         "little_endian",
-        (("numbers", "bigint[]"), ("width", "integer")),
+        (("data", "bytea"), ("n", "integer"), ("width", "integer")),
         "bytea",
-        "segment.little_endian(numbers, width)",
+        "segment.little_endian(data, n, width)",
         strict=True,
     ),
+)
+
+# An array's in-memory form as bytea, for ``segment.array_values``: the server's ``byteasend``
+# copies any varlena as it is (PL/Python would convert an array element by element).
+ARRAY_BYTES = (
+    "CREATE FUNCTION {qschema}.array_bytes(anyarray) RETURNS bytea AS 'byteasend' "
+    "LANGUAGE internal IMMUTABLE STRICT"
 )
 
 
@@ -158,6 +184,7 @@ def aggregates_ddl(qschema: str) -> list[str]:
 def install_ddl(qschema: str, body_prefix: str, version: str) -> list[str]:
     """Every function and aggregate, then ``version()``, into a schema that has none of them."""
     ddl = [f.ddl(qschema, body_prefix) for f in FUNCTIONS]
+    ddl.append(ARRAY_BYTES.format(qschema=qschema))
     ddl += aggregates_ddl(qschema)
     literal = version.replace("'", "''")
     ddl.append(

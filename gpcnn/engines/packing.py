@@ -5,10 +5,14 @@ The source has one row per image: an integer id, the pixels (``real[]``, ``doubl
 ``smallint[]``, ``integer[]`` in H×W×C order, or ``bytea`` of uint8) and a label of any type. The
 checks name the first bad row by its id; the fill is one INSERT … SELECT that orders the rows by
 id, deals them to buffers by a permutation the client sends (as ``load_images`` deals arrays), and
-packs each buffer with ``pixel_bytes`` / ``little_endian`` on the segments.
+packs each buffer with ``pixel_bytes`` / ``little_endian`` on the segments. Arrays travel to
+PL/Python in their in-memory form (``array_bytes``), which numpy reads as it is: PL/Python's own
+conversion makes a Python object of every number.
 """
 
 from __future__ import annotations
+
+import math
 
 import sqlalchemy as sa
 
@@ -17,6 +21,11 @@ from gpcnn.engines.base import Backend, text_safe
 ARRAY_TYPES = ("real[]", "double precision[]", "smallint[]", "integer[]")
 IMAGE_TYPES = (*ARRAY_TYPES, "bytea")
 ID_TYPES = ("smallint", "integer", "bigint")
+ITEM_BYTES = {"real[]": 4, "double precision[]": 8, "smallint[]": 2, "integer[]": 4}
+GROUP_BYTES = 1 << 26  # images per call of the range check: about 64 MB of numbers
+# Per statement: the sorts of whole rows stay in memory, and JIT compiling (a fixed cost of a
+# large estimate) buys nothing where the work is PL/Python's.
+SETTINGS = "SELECT set_config('work_mem', '256MB', true), set_config('jit', 'off', true)"
 
 
 def column_types(conn: sa.Connection, qualified_sql: str) -> dict[str, str]:
@@ -39,20 +48,22 @@ class PackingSource:
         self.backend = backend
         self.source = text_safe(source_sql)
         self.x, self.y, self.id = (text_safe(backend.quote(c)) for c in (x, y, id_))
+        self.x_type = x_type
         self.is_array = x_type in ARRAY_TYPES
 
     def _length(self) -> str:
         return f"cardinality({self.x})" if self.is_array else f"octet_length({self.x})"
 
-    def counts(self, conn: sa.Connection) -> tuple[int, int]:
-        """(rows, distinct ids)."""
-        sql = f"SELECT count(*), count(DISTINCT {self.id}) FROM {self.source}"
-        total, distinct = conn.execute(sa.text(sql)).one()
-        return int(total), int(distinct)
-
-    def null_ids(self, conn: sa.Connection) -> int:
-        sql = f"SELECT count(*) FROM {self.source} WHERE {self.id} IS NULL"
-        return int(conn.execute(sa.text(sql)).scalar())
+    def summary(self, conn: sa.Connection) -> tuple[int, int, int, object, object]:
+        """(rows, distinct ids, NULL ids, the smallest id of a NULL image, of a NULL label),
+        in one scan."""
+        sql = (
+            f"SELECT count(*), count(DISTINCT {self.id}), count(*) - count({self.id}), "
+            f"min({self.id}) FILTER (WHERE {self.x} IS NULL), "
+            f"min({self.id}) FILTER (WHERE {self.y} IS NULL) FROM {self.source}"
+        )
+        total, distinct, nulls, image, label = conn.execute(sa.text(sql)).one()
+        return int(total), int(distinct), int(nulls), image, label
 
     def duplicate_id(self, conn: sa.Connection):
         """The smallest id that appears more than once."""
@@ -62,14 +73,6 @@ class PackingSource:
         )
         return conn.execute(sa.text(sql)).scalar()
 
-    def first_null(self, conn: sa.Connection) -> tuple | None:
-        """(id, whether the images are the NULL) of the first row with a NULL image or label."""
-        sql = (
-            f"SELECT {self.id}, {self.x} IS NULL FROM {self.source} "
-            f"WHERE {self.x} IS NULL OR {self.y} IS NULL ORDER BY {self.id} LIMIT 1"
-        )
-        return conn.execute(sa.text(sql)).first()
-
     def lengths(self, conn: sa.Connection) -> list[tuple]:
         """Two of the distinct image lengths, with the smallest id of each."""
         sql = (
@@ -78,14 +81,23 @@ class PackingSource:
         )
         return [tuple(r) for r in conn.execute(sa.text(sql)).all()]
 
-    def first_out_of_range(self, conn: sa.Connection, top: float):
-        """The id of the first row with a value outside [0, top] (NaN included: it sorts above
-        all)."""
+    def first_out_of_range(self, conn: sa.Connection, count: int, length: int, top: float):
+        """The id of the first row with a value outside [0, top], NaN or NULL included: numpy
+        checks groups of rows (by a hash of the id), a NULL element is found here."""
+        s = text_safe(self.backend.qschema)
+        groups = math.ceil(count * length * ITEM_BYTES[self.x_type] / GROUP_BYTES)
         sql = (
-            f"SELECT {self.id} FROM {self.source} WHERE EXISTS (SELECT 1 FROM unnest({self.x}) v "
-            "WHERE v IS NULL OR v < 0 OR v > :top) ORDER BY 1 LIMIT 1"
+            f"SELECT min(g.bad) FROM (SELECT least(min(r.id) FILTER (WHERE r.holes), "
+            f"{s}.first_out_of_range(string_agg(int8send(r.id) || {s}.array_bytes(r.x), "
+            "''::bytea) FILTER (WHERE NOT r.holes), CAST(count(*) FILTER (WHERE NOT r.holes) "
+            "AS integer), :length, :top)) "
+            f"AS bad FROM (SELECT CAST({self.id} AS bigint) AS id, {self.x} AS x, "
+            f"array_position({self.x}, NULL) IS NOT NULL AS holes FROM {self.source}) r "
+            "GROUP BY abs(hashint8(r.id) % :groups)) g"
         )
-        return conn.execute(sa.text(sql), {"top": top}).scalar()
+        conn.execute(sa.text(SETTINGS))
+        params = {"length": length, "top": top, "groups": groups}
+        return conn.execute(sa.text(sql), params).scalar()
 
     def class_values(self, conn: sa.Connection) -> list[str]:
         """The distinct labels in their type's order, as text (MADlib's class values)."""
@@ -105,32 +117,44 @@ class PackingSource:
         return conn.execute(sa.text(sql), {"values": values}).first()
 
     def fill(self, conn: sa.Connection, target_sql: str, params: dict) -> None:
-        """Buffers into ``target``: row ``pos`` (0-based, in id order) is the ``rank``-th image
-        dealt (``:order`` lists the positions by rank) into buffer ``:buffer_of[rank]``, and
-        ``:keys`` / ``:buffer_ids`` give each buffer's key and id."""
-        conn.execute(sa.text(self._fill_sql(target_sql)), params)
+        """Buffers into ``target``: the row at position ``pos`` (0-based, in id order) is the
+        ``:rank[pos]``-th image dealt, into the buffer ``:buffer_id[pos]`` of ``:key[pos]``;
+        ``:length`` numbers an image."""
+        conn.execute(sa.text(SETTINGS))
+        lists = {k: _array_literal(params[k]) for k in ("rank", "key", "buffer_id")}
+        conn.execute(sa.text(self._fill_sql(target_sql)), {**params, **lists})
 
     def _fill_sql(self, target_sql: str) -> str:
         s = text_safe(self.backend.qschema)
-        pixels = (  # arrays: one call per buffer on the buffer's images as an N×L array
-            f"{s}.pixel_bytes(array_agg(CAST(r.x AS double precision[]) ORDER BY p.rank), "
-            ":normalized)"
+        n = "CAST(count(*) AS integer)"
+        pixels = (  # one call per buffer on its images' in-memory forms
+            f"{s}.pixel_bytes({_ranked(f'{s}.array_bytes(r.x)')}, {n}, :length, :normalized)"
             if self.is_array
-            else "string_agg(r.x, ''::bytea ORDER BY p.rank)"
+            else f"{s}.image_bytes({_ranked('r.x')}, {n})"
         )
-        return (
+        label = "array_position(CAST(:values AS text[]), CAST(r.y AS text)) - 1"
+        return (  # each id's buffer and rank first, then the whole rows, hashed by buffer
             f"INSERT INTO {text_safe(target_sql)} (__dist_key__, buffer_id, n, x, y, ids) "
-            f"SELECT b.key, b.buffer_id, count(*), {pixels}, "
-            f"{s}.little_endian(array_agg(CAST(array_position(CAST(:values AS text[]), "
-            "CAST(r.y AS text)) - 1 AS bigint) ORDER BY p.rank), 4), "
-            f"{s}.little_endian(array_agg(CAST(r.id AS bigint) ORDER BY p.rank), 8) "
-            f"FROM (SELECT row_number() OVER (ORDER BY {self.id}) - 1 AS pos, {self.id} AS id, "
-            f"{self.x} AS x, {self.y} AS y FROM {self.source}) r "
-            "JOIN (SELECT u.pos, u.buffer, u.rank FROM unnest(CAST(:order AS bigint[]), "
-            "CAST(:buffer_of AS integer[])) WITH ORDINALITY AS u(pos, buffer, rank)) p "
-            "ON p.pos = r.pos "
-            "JOIN (SELECT u.key, u.buffer_id, u.ordinality - 1 AS buffer FROM "
-            "unnest(CAST(:keys AS integer[]), CAST(:buffer_ids AS integer[])) WITH ORDINALITY "
-            "AS u(key, buffer_id, ordinality)) b ON b.buffer = p.buffer "
-            "GROUP BY b.key, b.buffer_id"
+            f"SELECT d.key, d.buffer_id, count(*), {pixels}, "
+            f"{s}.little_endian({_ranked(f'int8send(CAST({label} AS bigint))')}, {n}, 4), "
+            f"{s}.little_endian({_ranked('int8send(CAST(r.id AS bigint))')}, {n}, 8) "
+            f"FROM (SELECT {self.id} AS id, {self.x} AS x, {self.y} AS y FROM {self.source}) r "
+            "JOIN (SELECT o.id, (CAST(:rank AS bigint[]))[o.pos] AS rank, "
+            "(CAST(:key AS integer[]))[o.pos] AS key, "
+            "(CAST(:buffer_id AS integer[]))[o.pos] AS buffer_id "
+            f"FROM (SELECT {self.id} AS id, row_number() OVER (ORDER BY {self.id}) AS pos "
+            f"FROM {self.source}) o) d ON d.id = r.id "
+            "GROUP BY d.key, d.buffer_id"
         )
+
+
+def _ranked(value_sql: str) -> str:
+    """A buffer's values, each after its rank, in one bytea: the kernel puts them in rank order,
+    so the aggregate need not sort (and the buffers may be hashed)."""
+    return f"string_agg(int8send(d.rank) || {value_sql}, ''::bytea)"
+
+
+def _array_literal(values) -> str:
+    """Integers as one array literal, bound as text: a bound list becomes ``ARRAY[...]`` of one
+    constant per element, which the server parses and plans one by one (0.2 s for 60,000)."""
+    return "{" + ",".join(map(str, values)) + "}"
