@@ -644,6 +644,39 @@ def test_fedadam_defaults():
     assert rules.check_options("fedyogi", {}, 4) == want
 
 
+def test_the_groupnorm_cnn_is_the_batchnorm_cnn_without_moving_statistics():
+    from gpcnn.study import models
+
+    bn, gn = models.build("bn-cnn"), models.build("gn-cnn")
+    kinds = [type(layer).__name__ for layer in gn.layers]
+    assert kinds == [
+        type(layer).__name__.replace("BatchNormalization", "GroupNormalization")
+        for layer in bn.layers
+    ]
+    assert [w.shape for w in gn.weights] == [w.shape for w in bn.trainable_weights]
+    assert not gn.non_trainable_weights
+    assert gn.output_shape == bn.output_shape
+
+
+def test_a_merges_per_epoch_schedule_repeats_its_last_count():
+    from gpcnn.fit.training import Schedule
+
+    cuts = {2: ["a0", "a1"], 1: ["b0"]}
+    schedule = Schedule((2, 2, 1), cuts, epochs=1)
+    got = [schedule.at(i) for i in range(1, 8)]
+    assert got == [
+        ("a0", 0.5),
+        ("a1", 1.0),
+        ("a0", 1.5),
+        ("a1", 2.0),
+        ("b0", 3.0),
+        ("b0", 4.0),
+        ("b0", 5.0),
+    ]
+    assert Schedule((1,), {1: ["b0"]}, epochs=2).at(3) == ("b0", 6.0)
+    assert list(schedule) == ["a0", "a1", "b0"]
+
+
 # -- weights vs gradients ----------------------------------------------------------------------
 #
 # K segments with equal shards B_1..B_K of a batch B, plain SGD (w' = w - lr * g), one step per

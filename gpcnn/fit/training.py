@@ -205,14 +205,14 @@ class Training:
             if self.shared_optimizer is not None:
                 vector = np.concatenate([vector, self.shared_optimizer])
             return {EVERY_KEY: np.asarray(vector, dtype=np.float32)}
-        return {
-            key: np.concatenate(
-                [weights]
-                + ([] if optimizer is None else [optimizer])
-                + ([self.rule.correction(key)] if self.rule.corrects else [])
-            ).astype(np.float32, copy=False)
-            for key, (weights, optimizer) in self._segment_starts().items()
-        }
+        starts = {}
+        for key, (weights, optimizer) in self._segment_starts().items():
+            parts = [weights, *([] if optimizer is None else [optimizer])]
+            if self.rule.corrects:  # SCAFFOLD's c - c_i ends the start
+                parts.append(self.rule.correction(key))
+            vector = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            starts[key] = np.asarray(vector, dtype=np.float32)
+        return starts
 
     def restore(self, stored) -> None:
         """Continue from a ``runs.StoredRun``."""
