@@ -2,10 +2,12 @@
 
 A merge rule turns the K segment models of one iteration into the next model(s). MADlib's rule, the
 default, is the image-count-weighted average of ALL weights (trainable and not: BatchNorm moving
-statistics are weights too). Every rule here needs weights only, never gradients.
+statistics are weights too).
 
 The weighted average is streamed inside the database (``gpcnn.kernel.averaging``); the rules here
-act on its result between iterations, in the client, and are never shipped into the database:
+act on its result between iterations, in the client, and are never shipped into the database
+(what ``fedprox`` and ``scaffold`` add to every local step is ``gpcnn.kernel.segment``'s, switched
+on by ``MergeRule.in_database``):
 
 - ``average``: MADlib, w <- sum(n_k w_k) / sum(n_k).
 - ``bmuf``: block momentum (Chen & Huo 2016). G = avg - w_sent; D <- eta D + zeta G; w <- w + D;

@@ -254,9 +254,9 @@ class Training:
             "expected": part.expected,
         }
         starts = self.stored_start or self.starts()
-        sent_optimizer = not isinstance(starts, StoredStart) and next(
-            iter(starts.values())
-        ).size > self.weight_count * (1 + self.rule.corrects)
+        first = None if isinstance(starts, StoredStart) else next(iter(starts.values()))
+        weights_and_correction = self.weight_count * (1 + self.rule.corrects)
+        sent_optimizer = first is not None and first.size > weights_and_correction
         params["options"] = self.options.for_iteration(
             iteration=iteration, optimizer_sent=sent_optimizer, **rate
         )
