@@ -9,17 +9,22 @@
 #   bash bench/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
 #   bash bench/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
 #   bash bench/study.sh e       # sync with and without lr x K, K = 4
+#   bash bench/study.sh f       # K = 8: fedprox, scaffold, fedadam, fedyogi beside average and
+#                               # bmuf (part a's), and average at 4 merges per epoch
+#   bash bench/study.sh g       # label skew alpha 0.1, K = 4: fedprox, scaffold, fedadam beside
+#                               # average (part c's), and gn-cnn (GroupNorm) with average, scaffold
 #
 # Every part is resumable: rerun it and finished runs are reused, a half-done run continues from
 # its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
 # figures). Parts a-e take their learning rates from the sweep's committed results
-# (bench/study_lr.py). STUDY_NICE (default 0) lowers the priority of the client and, when this
+# (bench/study_lr.py); f and g run the rules with their default options (docs/merge.md), and g's
+# gn-cnn takes bn-cnn's learning rate. STUDY_NICE (default 0) lowers the priority of the client and, when this
 # script starts the embedded server, of the server too. With the kernel's autogroup scheduling
 # (Debian's default) nice orders processes only within one session: the server daemonizes into
 # its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: bench/study.sh sweep|a|b|c|d|e}
+part=${1:?usage: bench/study.sh sweep|a|b|c|d|e|f|g}
 py=(nice -n "${STUDY_NICE:-0}" .venv/bin/python)
 gpcnn=("${py[@]}" -m gpcnn.tools.cli)
 schema=(--schema gpcnn_study)  # a schema of its own: nothing else upgrades its functions
@@ -91,8 +96,28 @@ e)
   "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --merge sync --scale-lr \
     --target 0.9 --out "$out/e"
   ;;
+f)
+  reuse_from_a f $single fashion-mnist-average-k8-m1-shuffled-bn-cnn-momentum-os-local \
+    fashion-mnist-bmuf-k8-m1-shuffled-bn-cnn-momentum-os-local
+  momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
+  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 8 \
+    --merge fedprox,scaffold,fedadam,fedyogi --seeds 0,1 --target 0.9 --out "$out/f"
+  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 8 --merge average \
+    --merges-per-epoch 4 --seeds 0,1 --target 0.9 --out "$out/f"
+  ;;
+g)
+  mkdir -p "$out/g/runs"
+  skewed=fashion-mnist-average-k4-m1-shuffled-bn-cnn-momentum-os-local-skew0.1
+  cp -n "$out/c/runs/$skewed.json" "$out/c/runs/$skewed-s1.json" "$out/g/runs/"
+  reuse_from_a g $single
+  momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
+  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --skew 0.1 \
+    --merge fedprox,scaffold,fedadam --seeds 0,1 --target 0.9 --out "$out/g"
+  "${gpcnn[@]}" converge "${fashion[@]}" --model gn-cnn "${momentum[@]}" --segments 4 \
+    --skew 0.1 --merge average,scaffold --seeds 0,1 --target 0.9 --out "$out/g"
+  ;;
 *)
-  echo "unknown part $part: sweep, a, b, c, d or e" >&2
+  echo "unknown part $part: sweep, a, b, c, d, e, f or g" >&2
   exit 2
   ;;
 esac

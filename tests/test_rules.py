@@ -409,7 +409,10 @@ def test_check_options_takes_its_option_names_from_the_rule_class(monkeypatch):
 def test_check_options_refuses_an_unknown_rule(name):
     with pytest.raises(ValueError) as e:
         rules.check_options(name, None, 2)
-    assert str(e.value) == f'merge="{name}": choose one of average, bmuf, easgd, none'
+    assert str(e.value) == (
+        f'merge="{name}": choose one of average, bmuf, easgd, none, fedprox, scaffold, fedadam, '
+        "fedyogi"
+    )
 
 
 @pytest.mark.parametrize(
@@ -525,6 +528,153 @@ def test_check_options_messages_in_full():
         with pytest.raises(ValueError) as e:
             rules.check_options(name, options, 2)
         assert str(e.value) == message
+
+
+# -- fedprox, scaffold, fedadam, fedyogi (client side) -------------------------------------------
+
+
+def test_fedprox_merges_as_average_and_sends_its_mu_into_the_database():
+    rule = rules.make_rule("fedprox", ALL, 2, mu=0.5)
+    assert isinstance(rule, rules.Average) and rule.in_database() == {"proximal": 0.5}
+    assert rules.make_rule("average", ALL, 2).in_database() == {}
+    assert rules.check_options("fedprox", None, 2) == {"mu": 0.01}
+
+
+def test_fedadam_two_iterations_by_hand():
+    rule = rules.make_rule("fedadam", ALL, 2, server_lr=0.1, beta1=0.5, beta2=0.75, tau=0.5)
+    rule.start(f32(1, 1, 1), KEYS)
+    # G = avg - w = (1, -1, 0); m = 0.5 G; v = 0.75 * 0.25 + 0.25 G^2 = (0.4375, 0.4375, 0.1875)
+    rule.update(f32(2, 0, 1), None, COUNTS)
+    m = np.array([0.5, -0.5, 0.0])
+    v = np.array([0.4375, 0.4375, 0.1875])
+    want = 1 + 0.1 * m / (np.sqrt(v) + 0.5)
+    np.testing.assert_allclose(rule.model(), want, rtol=1e-6)
+    np.testing.assert_allclose(rule.state(), np.concatenate([m, v]), rtol=1e-6)
+    w1 = rule.model().astype(np.float64)
+    # the second G is taken from the model just made
+    g = np.array([2.0, 0.0, 1.0]) - w1
+    m2, v2 = 0.5 * m + 0.5 * g, 0.75 * v + 0.25 * g * g
+    rule.update(f32(2, 0, 1), None, COUNTS)
+    np.testing.assert_allclose(rule.model(), w1 + 0.1 * m2 / (np.sqrt(v2) + 0.5), rtol=1e-6)
+
+
+def test_fedyogi_moves_v_additively_towards_g_squared():
+    rule = rules.make_rule("fedyogi", ALL, 2, server_lr=0.1, beta1=0.5, beta2=0.75, tau=0.5)
+    rule.start(f32(1, 1, 1), KEYS)
+    # v0 = tau^2 = 0.25; G^2 = (1, 1, 0): v = 0.25 - 0.25 G^2 sign(0.25 - G^2) = (0.5, 0.5, 0.25)
+    rule.update(f32(2, 0, 1), None, COUNTS)
+    v = rule.state()[3:]
+    np.testing.assert_allclose(v, [0.5, 0.5, 0.25], rtol=1e-6)
+    np.testing.assert_allclose(
+        rule.model(), 1 + 0.1 * np.array([0.5, -0.5, 0]) / (np.sqrt(v) + 0.5), rtol=1e-6
+    )
+
+
+@pytest.mark.parametrize("name", ["fedadam", "fedyogi", "scaffold"])
+def test_adaptive_and_scaffold_rules_give_non_trainable_positions_the_plain_average(name):
+    rule = rules.make_rule(name, LAST_FROZEN, 2, server_lr=0.5)
+    rule.start(f32(1, 1, 1), KEYS)
+    segments = {0: f32(3, 0, 5), 1: f32(1, 2, 9)}
+    extra = {"controls": {0: f32(1, 1, 0), 1: f32(2, 2, 0)}} if name == "scaffold" else {}
+    rule.update(avg(segments), segments, COUNTS, **extra)
+    assert rule.model()[2] == avg(segments)[2] == 8
+
+
+def test_scaffold_by_hand():
+    rule = rules.make_rule("scaffold", ALL, 2, server_lr=0.5)
+    rule.start(f32(1, 1, 1), KEYS)
+    assert rule.per_segment and rule.corrects and rule.in_database() == {"correction": True}
+    np.testing.assert_array_equal(rule.correction(0), f32(0, 0, 0))
+    segments = {0: f32(3, 1, 1), 1: f32(-1, 1, 1)}  # the average is (0, 1, 1)
+    controls = {0: f32(4, 0, 0), 1: f32(0, 8, 0)}
+    rule.update(avg(segments), segments, COUNTS, controls=controls)
+    # w = 1 + 0.5 (avg - 1) = (0.5, 1, 1); c = 0 + (1 * (4,0,0) + 3 * (0,8,0)) / 4 = (1, 6, 0)
+    np.testing.assert_array_equal(rule.model(), f32(0.5, 1, 1))
+    np.testing.assert_array_equal(rule.sent(KEYS), f32(0.5, 1, 1))
+    np.testing.assert_array_equal(rule.correction(0), f32(1, 6, 0) - f32(4, 0, 0))
+    np.testing.assert_array_equal(rule.correction(1), f32(1, 6, 0) - f32(0, 8, 0))
+    np.testing.assert_array_equal(rule.state(), np.concatenate([f32(1, 6, 0), *controls.values()]))
+
+
+@pytest.mark.parametrize("name", ["scaffold", "fedadam", "fedyogi"])
+def test_the_new_rules_restore_continues_exactly(name):
+    def iterate(rule, step):
+        segments = {0: f32(step, 1, 2), 1: f32(0, -step, 1)}
+        extra = {}
+        if name == "scaffold":
+            extra = {"controls": {0: f32(step, 0, 1), 1: f32(0, 2 * step, 0)}}
+        rule.update(avg(segments), segments, COUNTS, **extra)
+
+    whole = rules.make_rule(name, ALL, 2)
+    whole.start(f32(1, 1, 1), KEYS)
+    iterate(whole, 1)
+    resumed = rules.make_rule(name, ALL, 2)
+    resumed.restore(whole.model(), whole.state(), {k: whole.model() for k in KEYS})
+    for step in (2, 3):
+        iterate(whole, step)
+        iterate(resumed, step)
+    np.testing.assert_array_equal(resumed.model(), whole.model())
+    np.testing.assert_array_equal(resumed.state(), whole.state())
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("fedprox", {"mu": -0.1}, "mu must be >= 0"),
+        ("scaffold", {"server_lr": 0}, "server_lr must be > 0"),
+        ("fedadam", {"beta1": 1}, r"beta1 must be in \[0, 1\)"),
+        ("fedyogi", {"beta2": -0.5}, r"beta2 must be in \[0, 1\)"),
+        ("fedadam", {"tau": 0}, "tau must be > 0"),
+        (
+            "fedadam",
+            {"mu": 0.1},
+            "mu=0.1 is not an option: fedadam takes server_lr, beta1, beta2, tau",
+        ),
+        ("scaffold", {"tau": 0.1}, "tau=0.1 is not an option: scaffold takes server_lr"),
+    ],
+)
+def test_the_new_rules_refuse_options_out_of_range(name, options, message):
+    with pytest.raises(ValueError, match=message):
+        rules.check_options(name, options, 2)
+
+
+def test_fedadam_defaults():
+    want = {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 0.001}
+    assert rules.check_options("fedadam", None, 4) == want
+    assert rules.check_options("fedyogi", {}, 4) == want
+
+
+def test_the_groupnorm_cnn_is_the_batchnorm_cnn_without_moving_statistics():
+    from gpcnn.study import models
+
+    bn, gn = models.build("bn-cnn"), models.build("gn-cnn")
+    kinds = [type(layer).__name__ for layer in gn.layers]
+    assert kinds == [
+        type(layer).__name__.replace("BatchNormalization", "GroupNormalization")
+        for layer in bn.layers
+    ]
+    assert [w.shape for w in gn.weights] == [w.shape for w in bn.trainable_weights]
+    assert not gn.non_trainable_weights
+    assert gn.output_shape == bn.output_shape
+
+
+def test_a_merges_per_epoch_schedule_repeats_its_last_count():
+    from gpcnn.fit.training import Schedule
+
+    cuts = {2: ["a0", "a1"], 1: ["b0"]}
+    schedule = Schedule((2, 2, 1), cuts, epochs=1)
+    got = [schedule.at(i) for i in range(1, 8)]
+    assert got == [
+        ("a0", 0.5),
+        ("a1", 1.0),
+        ("a0", 1.5),
+        ("a1", 2.0),
+        ("b0", 3.0),
+        ("b0", 4.0),
+        ("b0", 5.0),
+    ]
+    assert Schedule((1,), {1: ["b0"]}, epochs=2).at(3) == ("b0", 6.0)
+    assert list(schedule) == ["a0", "a1", "b0"]
 
 
 # -- weights vs gradients ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from tiny import learnable_images, tiny_cnn
 from gpcnn.data.tables import TableName, describe, load_images
 from gpcnn.engines.catalog import Catalog
 from gpcnn.estimator import GreenplumCNN
+from gpcnn.fit import rules, runs
 from gpcnn.kernel import averaging, segment, wire
 
 keras = segment.keras_module()
@@ -319,6 +320,148 @@ def test_local_epochs_doubles_the_images_per_iteration(engine, schema, model, av
     assert row["epoch"] == 2.0
     with pytest.raises(ValueError, match="local_epochs > 1 needs merges_per_epoch=1"):
         estimator(engine, schema, model, local_epochs=2, merges_per_epoch=2).fit(TRAIN)
+
+
+# -- fedprox and scaffold: a term in every local step -----------------------------------------
+
+MOMENTUM = dict(optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9), learning_rate=None)
+
+
+def trained_in_process(model, info, buffers, iterations, *, mu=0.0, scaffold=None):
+    """The in-process reference of ``fedprox`` (``mu``) and ``scaffold`` (a ``rules.Scaffold``):
+    each key trains a copy from the sent model with a fresh SGD+momentum, and after every batch
+    takes the same float32 steps as the segments (gpcnn/kernel/segment.py): FedProx
+    w <- w - (lr mu)(w - w_sent), SCAFFOLD w <- w - lr (c - c_i); SCAFFOLD's c_i+ is
+    (w_sent - w) / sum(lr) - (c - c_i). Returns the model after ``iterations``."""
+    local = keras.models.model_from_json(model.to_json())
+    local.compile(
+        optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    local.optimizer.build(local.trainable_variables)
+    fresh = wire.optimizer_vector(local)
+    mask = wire.trainable_mask(wire.manifest(local))
+    keys = list(info.keys)
+    counts = {k: sum(len(labels) for _, labels in buffers[k]) for k in keys}
+    w = wire.flatten(model.get_weights())
+    if scaffold is not None:
+        scaffold.start(w, keys)
+    for iteration in range(1, iterations + 1):
+        trained, controls = {}, {}
+        for key in keys:
+            wire.set_model_weights(local, w)
+            wire.set_optimizer_vector(local, fresh)
+            segment.seed_everything(local, SEED, iteration, key)
+            d = scaffold.correction(key) if scaffold is not None else np.zeros_like(w)
+            parts, offset = [], 0
+            for var in local.weights:
+                size = int(np.prod(var.shape))
+                if mask[offset]:
+                    piece = slice(offset, offset + size)
+                    parts.append((var, w[piece].reshape(var.shape), d[piece].reshape(var.shape)))
+                offset += size
+            rate_sum = 0.0
+            for images, labels in buffers[key]:
+                x = segment.to_model_input(images)
+                for i in range(0, len(x), BATCH):
+                    rate = np.float32(keras.ops.convert_to_numpy(local.optimizer.learning_rate))
+                    local.train_on_batch(x[i : i + BATCH], labels[i : i + BATCH])
+                    for var, sent, dd in parts:
+                        value = var.numpy()
+                        if mu:
+                            value = value - (rate * np.float32(mu)) * (value - sent)
+                        if scaffold is not None:
+                            value = value - rate * dd
+                        var.assign(value)
+                    rate_sum += float(rate)
+            trained[key] = wire.flatten(local.get_weights())
+            control = (w - trained[key]) / np.float32(rate_sum) - d
+            controls[key] = np.where(mask, control, 0).astype(np.float32)
+        average = averaging.weighted_average([trained[k] for k in keys], [counts[k] for k in keys])
+        if scaffold is None:
+            w = average
+        else:
+            scaffold.update(average, trained, counts, controls=controls)
+            w = scaffold.model()
+    return w
+
+
+def test_fedprox_adds_the_proximal_step_to_every_batch_as_the_in_process_reference_does(
+    engine, schema, model, tables, momentum_runs
+):
+    params = dict(merge="fedprox", merge_options={"mu": 0.5}, **MOMENTUM)
+    est = fit(engine, schema, model, iterations=2, **params)
+    want = trained_in_process(model, tables["train"], shards(engine, tables["train"]), 2, mu=0.5)
+    np.testing.assert_array_equal(flat(est), want)
+    average = flat(momentum_runs["reset"])
+    plain = fit(engine, schema, model, iterations=2, **{**params, "merge_options": {"mu": 0.0}})
+    np.testing.assert_array_equal(flat(plain), average)
+    assert max_diff(flat(est), average) > 1e-4
+    resumed = fit_resumed(engine, schema, model, 2, **params)
+    np.testing.assert_array_equal(flat(resumed), flat(est))
+
+
+def test_scaffold_corrects_every_batch_as_the_in_process_reference_does_and_resumes_exactly(
+    engine, schema, model, tables
+):
+    params = dict(merge="scaffold", merge_options={"server_lr": 0.8}, **MOMENTUM)
+    whole = fit(engine, schema, model, iterations=3, **params)
+    reference = rules.make_rule(
+        "scaffold", wire.trainable_mask(wire.manifest(model)), 2, server_lr=0.8
+    )
+    want = trained_in_process(
+        model, tables["train"], shards(engine, tables["train"]), 3, scaffold=reference
+    )
+    np.testing.assert_array_equal(flat(whole), want)
+    _, state = stored_iteration(engine, schema, whole.run_id_, 3)
+    np.testing.assert_array_equal(wire.from_bytes(state), reference.state())
+    assert np.abs(reference.state()).max() > 0  # the control variates moved
+
+    resumed = fit_resumed(engine, schema, model, 3, **params)
+    np.testing.assert_array_equal(flat(resumed), flat(whole))
+    shown = runs.show_run(engine, whole.run_id_)["stored"]["rule_state"]
+    assert shown["layout"].startswith("c, then each segment's c_i")
+    assert shown["bytes"] >= 4 * 3 * reference.model().size  # c and two c_i
+
+
+@pytest.mark.parametrize("name", ["fedadam", "fedyogi"])
+def test_server_adaptive_rules_move_off_the_average_and_resume_exactly(
+    engine, schema, model, average_run, name
+):
+    params = dict(merge=name, merge_options={"server_lr": 0.05})
+    whole = fit(engine, schema, model, iterations=2, **params)
+    assert max_diff(flat(whole), flat(average_run)) > 1e-4
+    _, state = stored_iteration(engine, schema, whole.run_id_, 2)
+    assert wire.from_bytes(state).size == 2 * flat(whole).size  # m and v
+    resumed = fit_resumed(engine, schema, model, 2, **params)
+    np.testing.assert_array_equal(flat(resumed), flat(whole))
+    assert runs.show_run(engine, whole.run_id_)["stored"]["rule_state"]["layout"].startswith(
+        "m, then v"
+    )
+
+
+def test_a_merges_per_epoch_schedule_merges_often_early_then_once_per_epoch(
+    engine, schema, model, tables
+):
+    est = fit(engine, schema, model, iterations=4, merges_per_epoch=[2, 1])
+    rows = est.history_
+    assert [r["epoch"] for r in rows] == [0.5, 1.0, 2.0, 3.0]
+    assert [r["images"] for r in rows][2:] == [150, 150]
+    assert rows[0]["images"] + rows[1]["images"] == 150
+    resumed = fit_resumed(engine, schema, model, 4, merges_per_epoch=[2, 1])
+    assert [r["epoch"] for r in resumed.history_] == [0.5, 1.0, 2.0, 3.0]
+    np.testing.assert_array_equal(flat(resumed), flat(est))
+
+
+@pytest.mark.parametrize("bad", [[], [2, 0], 0, [1.5], "2"])
+def test_a_bad_merges_per_epoch_schedule_is_refused_before_any_work(
+    engine, schema, model, tables, bad
+):
+    with pytest.raises(
+        ValueError, match="merges_per_epoch must be a positive integer or a non-empty list"
+    ):
+        estimator(engine, schema, model, merges_per_epoch=bad).fit(TRAIN)
 
 
 # -- last: a failing fit discards the segment sessions (the next fit pays a fresh start) --------

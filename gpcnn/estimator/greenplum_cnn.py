@@ -77,9 +77,10 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         The total number of merges, like Keras's ``epochs``.
     local_epochs : int, default 1
         Passes over its rows that each segment trains between merges.
-    merges_per_epoch : int, default 1
-        Merges per pass over the data (each segment trains a slice of its rows in between).
-    merge : {"average", "bmuf", "easgd", "none"}, default "average"
+    merges_per_epoch : int or list of int, default 1
+        Merges per pass over the data (each segment trains a slice of its rows in between); a
+        list is each epoch's count, the last repeating (``[8, 8, 1]``: post-local SGD).
+    merge : {"average", "bmuf", "easgd", "none", "fedprox", "scaffold", "fedadam", "fedyogi"}
         How the segment models are combined (``gpcnn.fit.rules``).
     merge_options : dict, optional
         The rule's options (e.g. BMUF's ``eta``); also ``merge__<name>`` in ``set_params``.
@@ -141,7 +142,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         shuffle: bool = False,
         iterations: int = 10,
         local_epochs: int = 1,
-        merges_per_epoch: int = 1,
+        merges_per_epoch: int | list[int] = 1,
         merge: str = "average",
         merge_options: dict | None = None,
         optimizer_state: str = "reset",

@@ -11,7 +11,7 @@ from gpcnn.engines import Database
 from gpcnn.fit import compiling, rules
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, SegmentOptions
 
-POSITIVE = ("batch_size", "iterations", "local_epochs", "merges_per_epoch")
+POSITIVE = ("batch_size", "iterations", "local_epochs")
 REMOVED = ("schema", "validation_data", "progress")  # parameters of gpcnn 0.1
 
 
@@ -39,9 +39,27 @@ def check(params: dict) -> None:
         raise ValueError(
             f"validation_freq must be a positive integer or a list of iterations, got {freq!r}"
         )
-    if params["local_epochs"] > 1 and params["merges_per_epoch"] > 1:
+    merges = _merges_per_epoch(params["merges_per_epoch"])
+    if params["local_epochs"] > 1 and max(merges) > 1:
         raise ValueError("local_epochs > 1 needs merges_per_epoch=1 (one merge per pass)")
     compiling.check_metrics(params["metrics"])
+
+
+def _positive(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 1
+
+
+def _merges_per_epoch(value: object) -> list[int]:
+    """A count, or a per-epoch schedule of counts (the last repeating), as a list."""
+    if _positive(value):
+        return [int(value)]
+    listed = isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
+    if listed and all(_positive(m) for m in value):
+        return [int(m) for m in value]
+    raise ValueError(
+        f"merges_per_epoch must be a positive integer or a non-empty list of them (merges in "
+        f"each epoch, the last repeating, e.g. [8, 8, 1]), got {value!r}"
+    )
 
 
 def stored(params: dict) -> dict:
@@ -52,6 +70,8 @@ def stored(params: dict) -> dict:
     if isinstance(params["database"], Database):
         params["database"] = params["database"].url.render_as_string(hide_password=True)
     params["metrics"] = list(params["metrics"])
+    if not isinstance(params["merges_per_epoch"], int):
+        params["merges_per_epoch"] = list(params["merges_per_epoch"])
     if not isinstance(params["validation_freq"], int):
         params["validation_freq"] = list(params["validation_freq"])
     if isinstance(params["validation_table"], tuple):

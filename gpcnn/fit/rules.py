@@ -2,10 +2,12 @@
 
 A merge rule turns the K segment models of one iteration into the next model(s). MADlib's rule, the
 default, is the image-count-weighted average of ALL weights (trainable and not: BatchNorm moving
-statistics are weights too). Every rule here needs weights only, never gradients.
+statistics are weights too).
 
 The weighted average is streamed inside the database (``gpcnn.kernel.averaging``); the rules here
-act on its result between iterations, in the client, and are never shipped into the database:
+act on its result between iterations, in the client, and are never shipped into the database
+(what ``fedprox`` and ``scaffold`` add to every local step is ``gpcnn.kernel.segment``'s, switched
+on by ``MergeRule.in_database``):
 
 - ``average``: MADlib, w <- sum(n_k w_k) / sum(n_k).
 - ``bmuf``: block momentum (Chen & Huo 2016). G = avg - w_sent; D <- eta D + zeta G; w <- w + D;
@@ -42,6 +44,7 @@ class MergeRule:
     what a resumed run needs beyond the stored models."""
 
     per_segment: ClassVar[bool] = False  # needs each segment's model back, not only the average
+    corrects: ClassVar[bool] = False  # sends each segment a correction, gets a control back
     trainable: Vector  # bool mask over the flat vector
     center: Vector | None = field(default=None, init=False)
 
@@ -75,6 +78,10 @@ class MergeRule:
 
     def restore(self, model: Vector, state: Vector | None, segments: Mapping[int, Vector]) -> None:
         self.center = np.array(model, dtype=np.float32)
+
+    def in_database(self) -> dict:
+        """What the segments' training loop needs of this rule (``SegmentOptions`` fields)."""
+        return {}
 
 
 class Average(MergeRule):
@@ -164,7 +171,129 @@ class NoMerge(SegmentModels):
         self.center = np.array(average, np.float32)
 
 
-RULES = {"average": Average, "bmuf": BlockMomentum, "easgd": ElasticAveraging, "none": NoMerge}
+@dataclass
+class FedProx(Average):
+    """``average`` with the proximal term mu ||w - w_sent||^2 / 2 in every local loss: the
+    segments apply its gradient after every batch (``in_database``); mu = 0 is ``average``."""
+
+    mu: float = 0.01
+
+    def in_database(self) -> dict:
+        return {"proximal": self.mu}
+
+
+def _trainable_step(rule: MergeRule, moved: np.ndarray, average: Vector) -> Vector:
+    """The next model: ``moved`` where trainable, the plain average elsewhere (float32)."""
+    return np.where(rule.trainable, moved, average).astype(np.float32)
+
+
+@dataclass
+class Scaffold(MergeRule):
+    """SCAFFOLD: the server's control variate c and each segment's c_i (zero at the start,
+    and zero on non-trainable positions); each segment is sent the model and c - c_i."""
+
+    per_segment: ClassVar[bool] = True
+    corrects: ClassVar[bool] = True
+    server_lr: float = 1.0
+    control: Vector | None = field(default=None, init=False)
+    controls: dict[int, Vector] = field(default_factory=dict, init=False)
+
+    def start(self, weights, keys) -> None:
+        super().start(weights, keys)
+        self.control = np.zeros_like(self.center)
+        self.controls = {k: np.zeros_like(self.center) for k in sorted(keys)}
+
+    def correction(self, key: int) -> Vector:
+        """c - c_i: what segment ``key`` subtracts, times the learning rate, after every batch."""
+        return (self.control - self.controls[key]).astype(np.float32)
+
+    def update(self, average, segments, counts, controls: Mapping[int, Vector]) -> None:
+        total = sum(counts.values())
+        change = sum(
+            counts[k] * (np.asarray(c, np.float64) - self.controls[k]) for k, c in controls.items()
+        )
+        self.control = (self.control + change / total).astype(np.float32)
+        self.controls = {k: np.array(controls[k], np.float32) for k in sorted(controls)}
+        moved = self.center + self.server_lr * (np.asarray(average, np.float64) - self.center)
+        self.center = _trainable_step(self, moved, average)
+
+    def state(self) -> Vector:
+        """c, then every segment's c_i in key order: (K + 1) model-sized vectors."""
+        return np.concatenate([self.control, *self.controls.values()])
+
+    def restore(self, model, state, segments) -> None:
+        super().restore(model, state, segments)
+        parts = np.split(np.asarray(state, np.float32), len(segments) + 1)
+        self.control = parts[0].copy()
+        self.controls = {k: p.copy() for k, p in zip(sorted(segments), parts[1:], strict=True)}
+
+    def in_database(self) -> dict:
+        return {"correction": True}
+
+
+@dataclass
+class FedAdam(MergeRule):
+    """Adam on the pseudo-gradient G = avg - w_sent, in the client (Reddi et al. 2021)."""
+
+    server_lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 0.001
+    moments: Vector | None = field(default=None, init=False)  # m, then v
+
+    def start(self, weights, keys) -> None:
+        super().start(weights, keys)
+        size = self.center.size
+        self.moments = np.concatenate(
+            [np.zeros(size, np.float32), np.full(size, self.tau**2, np.float32)]
+        )
+
+    def second_moment(self, v: np.ndarray, g2: np.ndarray) -> np.ndarray:
+        return self.beta2 * v + (1 - self.beta2) * g2
+
+    def update(self, average, segments, counts) -> None:
+        g = np.asarray(average, np.float64) - self.center
+        m, v = np.split(self.moments.astype(np.float64), 2)
+        m = self.beta1 * m + (1 - self.beta1) * g
+        v = self.second_moment(v, g * g)
+        m[~self.trainable], v[~self.trainable] = 0, self.tau**2
+        self.moments = np.concatenate([m, v]).astype(np.float32)
+        moved = self.center + self.server_lr * m / (np.sqrt(v) + self.tau)
+        self.center = _trainable_step(self, moved, average)
+
+    def state(self) -> Vector:
+        """m, then v: two model-sized vectors."""
+        return self.moments
+
+    def restore(self, model, state, segments) -> None:
+        super().restore(model, state, segments)
+        self.moments = np.array(state, np.float32)
+
+
+class FedYogi(FedAdam):
+    """Yogi's second moment: v moves towards G^2 by at most (1 - b2) G^2, additively."""
+
+    def second_moment(self, v, g2):
+        return v - (1 - self.beta2) * g2 * np.sign(v - g2)
+
+
+RULES = {
+    "average": Average,
+    "bmuf": BlockMomentum,
+    "easgd": ElasticAveraging,
+    "none": NoMerge,
+    "fedprox": FedProx,
+    "scaffold": Scaffold,
+    "fedadam": FedAdam,
+    "fedyogi": FedYogi,
+}
+
+STATE_LAYOUT = {
+    "bmuf": "the block momentum D (one model-sized vector)",
+    "scaffold": "c, then each segment's c_i in key order ((K + 1) model-sized vectors)",
+    "fedadam": "m, then v (two model-sized vectors)",
+    "fedyogi": "m, then v (two model-sized vectors)",
+}
 
 
 def _ranges(k: int) -> dict[str, tuple[str, Callable[[float], bool]]]:
@@ -176,6 +305,14 @@ def _ranges(k: int) -> dict[str, tuple[str, Callable[[float], bool]]]:
             f"> 0 with K*alpha < 1, i.e. in (0, {1 / k:g}) for K={k} segments",
             lambda x: x > 0 and k * x < 1,
         ),
+        "mu": (
+            ">= 0 (mu = 0 is average; mu < 0 pushes away from the sent model)",
+            lambda x: x >= 0,
+        ),
+        "server_lr": ("> 0 (the server's step on avg - w_sent)", lambda x: x > 0),
+        "beta1": ("in [0, 1) (the first moment's decay)", lambda x: 0 <= x < 1),
+        "beta2": ("in [0, 1) (the second moment's decay)", lambda x: 0 <= x < 1),
+        "tau": ("> 0 (the adaptivity: it keeps sqrt(v) + tau away from 0)", lambda x: x > 0),
     }
 
 
@@ -225,7 +362,8 @@ def check_options(name: str, options: Mapping | None, segments: int) -> dict:
 
 
 def make_rule(name: str, trainable: Vector, segments: int, **options) -> MergeRule:
-    """A rule by name with its options (bmuf: eta, zeta, nesterov; easgd: alpha, default 0.9/K),
-    checked by ``check_options``."""
+    """A rule by name with its options (bmuf: eta, zeta, nesterov; easgd: alpha, default 0.9/K;
+    fedprox: mu; scaffold: server_lr; fedadam, fedyogi: server_lr, beta1, beta2, tau), checked
+    by ``check_options``."""
     options = check_options(name, options, segments)
     return RULES[name](trainable=np.asarray(trainable, bool), **options)

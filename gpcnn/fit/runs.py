@@ -14,6 +14,7 @@ import numpy as np
 
 from gpcnn.engines import Database, connect
 from gpcnn.engines.catalog import Catalog, SegmentStart
+from gpcnn.fit import rules
 
 
 @dataclass
@@ -122,6 +123,8 @@ def show_run(db: Database | str | None, run_id: int) -> dict:
     stored = {
         p.part: {"iterations": p.iterations, "chunks": p.chunks, "bytes": p.bytes} for p in parts
     }
+    if "rule_state" in stored:  # what the merge rule keeps beyond the model, and its layout
+        stored["rule_state"]["layout"] = rules.STATE_LAYOUT.get(params.get("merge"))
     return {**found[0], "params": params, "stored": stored, "history": history}
 
 

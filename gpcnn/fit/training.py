@@ -66,18 +66,53 @@ class Slice:
         return [epochs * sum(math.ceil(n / batch_size) for n in key) for key in self.sizes]
 
 
-def plan_slices(db: Database, info: ImageTable, merges_per_epoch: int, epochs: int) -> list[Slice]:
-    """Cut each key's buffers, in order, into ``merges_per_epoch`` consecutive groups."""
+@dataclass(frozen=True)
+class Schedule:
+    """Which slice each iteration trains and the epoch it has reached after it: ``counts[e]``
+    merges in epoch e + 1, the last count repeating (post-local SGD, Lin et al. 2020:
+    ``[8, 8, 1]`` merges 8 times per epoch for 2 epochs, then once per epoch)."""
+
+    counts: tuple[int, ...]
+    cuts: dict[int, list[Slice]]  # the slices of each count
+    epochs: int  # local epochs per iteration
+
+    def at(self, iteration: int) -> tuple[Slice, float]:
+        i, epoch = iteration - 1, 0
+        for m in self.counts[:-1]:
+            if i < m:
+                return self.cuts[m][i], (epoch + (i + 1) / m) * self.epochs
+            i, epoch = i - m, epoch + 1
+        m = self.counts[-1]
+        return self.cuts[m][i % m], (epoch + (i + 1) / m) * self.epochs
+
+    def __iter__(self):
+        return (part for cut in self.cuts.values() for part in cut)
+
+
+def plan_slices(
+    db: Database, info: ImageTable, merges_per_epoch: int | Sequence[int], epochs: int
+) -> Schedule:
+    """Cut each key's buffers, in order, into ``merges_per_epoch`` consecutive groups (a list:
+    the count of each epoch, the last repeating)."""
+    counts = (
+        (int(merges_per_epoch),)
+        if isinstance(merges_per_epoch, int | np.integer)
+        else tuple(int(m) for m in merges_per_epoch)
+    )
     buffers = buffer_counts(db, info)
     fewest = min(len(b) for b in buffers.values())
-    if fewest < merges_per_epoch:
+    if fewest < max(counts):
         raise ValueError(
-            f"merges_per_epoch={merges_per_epoch}, but a segment of {info.table} has only {fewest} "
+            f"merges_per_epoch={max(counts)}, but a segment of {info.table} has only {fewest} "
             "buffers: reload the table with a smaller buffer_size"
         )
-    groups = {k: np.array_split(np.arange(len(b)), merges_per_epoch) for k, b in buffers.items()}
+    return Schedule(counts, {m: _cut(info, buffers, m, epochs) for m in counts}, epochs)
+
+
+def _cut(info: ImageTable, buffers: dict, merges: int, epochs: int) -> list[Slice]:
+    groups = {k: np.array_split(np.arange(len(b)), merges) for k, b in buffers.items()}
     slices = []
-    for j in range(merges_per_epoch):
+    for j in range(merges):
         first, stop, expected, sizes = [], [], [], []
         for key in info.keys:
             part = [buffers[key][i] for i in groups[key][j]]
@@ -127,13 +162,14 @@ class Training:
         options: SegmentOptions,
         manifest: list[dict],
         rule: rules.MergeRule,
-        slices: Sequence[Slice],
+        slices: Schedule,
         local_epochs: int,
         validation,  # a fit.validation.Validation
         retention: Retention | None = None,
     ) -> None:
         self.db, self.backend, self.sessions, self.info = db, db.backend, sessions, info
-        self.run_id, self.model_json, self.options = run_id, model_json, options
+        self.run_id, self.model_json = run_id, model_json
+        self.options = options.replace(**rule.in_database())  # FedProx's mu, SCAFFOLD's flag
         self.rule, self.slices, self.local_epochs = rule, slices, local_epochs
         self.validation = validation
         self.retention = retention or DEFAULT_RETENTION
@@ -169,13 +205,14 @@ class Training:
             if self.shared_optimizer is not None:
                 vector = np.concatenate([vector, self.shared_optimizer])
             return {EVERY_KEY: np.asarray(vector, dtype=np.float32)}
-        return {
-            key: np.asarray(
-                weights if optimizer is None else np.concatenate([weights, optimizer]),
-                dtype=np.float32,
-            )
-            for key, (weights, optimizer) in self._segment_starts().items()
-        }
+        starts = {}
+        for key, (weights, optimizer) in self._segment_starts().items():
+            parts = [weights, *([] if optimizer is None else [optimizer])]
+            if self.rule.corrects:  # SCAFFOLD's c - c_i ends the start
+                parts.append(self.rule.correction(key))
+            vector = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            starts[key] = np.asarray(vector, dtype=np.float32)
+        return starts
 
     def restore(self, stored) -> None:
         """Continue from a ``runs.StoredRun``."""
@@ -207,7 +244,7 @@ class Training:
         """Train, merge, evaluate and store iteration ``iteration`` at learning ``rate`` (its
         ``learning_rate`` or ``optimizer_step``); return its history row."""
         started = time.perf_counter()
-        part = self.slices[(iteration - 1) % len(self.slices)]
+        part, epoch = self.slices.at(iteration)
         params = {
             "model": self.model_json,
             "epochs": self.local_epochs,
@@ -217,10 +254,9 @@ class Training:
             "expected": part.expected,
         }
         starts = self.stored_start or self.starts()
-        sent_optimizer = (
-            not isinstance(starts, StoredStart)
-            and next(iter(starts.values())).size > self.weight_count
-        )
+        first = None if isinstance(starts, StoredStart) else next(iter(starts.values()))
+        weights_and_correction = self.weight_count * (1 + self.rule.corrects)
+        sent_optimizer = first is not None and first.size > weights_and_correction
         params["options"] = self.options.for_iteration(
             iteration=iteration, optimizer_sent=sent_optimizer, **rate
         )
@@ -237,7 +273,7 @@ class Training:
             self.rule.average_buffer() if merged_in_db else None,
         )
         db_seconds = time.perf_counter() - started
-        metrics, average, segments = self._decode(result, merged_in_db)
+        metrics, average, segments, controls = self._decode(result, merged_in_db)
         if metrics["images"] != sum(part.expected):
             raise TrainingError(
                 f"iteration {iteration}: the segments trained on {metrics['images']} images, "
@@ -248,12 +284,16 @@ class Training:
                 f"iteration {iteration} produced non-finite weights (diverged): lower the "
                 "learning rate"
             )
-        self.rule.update(average, segments, dict(zip(self.info.keys, part.expected, strict=True)))
+        counts = dict(zip(self.info.keys, part.expected, strict=True))
+        if self.rule.corrects:
+            self.rule.update(average, segments, counts, controls=controls)
+        else:
+            self.rule.update(average, segments, counts)
         model = self.rule.model()
         stored = self._store_checkpoint(iteration, model)
         row = {
             "iteration": iteration,
-            "epoch": iteration * self.local_epochs / len(self.slices),
+            "epoch": epoch,
             "images": int(metrics.pop("images")),
             **{k: float(v) for k, v in metrics.items()},
             **self._validation(model, stored, segments, iteration),
@@ -264,15 +304,19 @@ class Training:
         return row
 
     def _decode(self, result, merged_in_db: bool):
-        """(train metrics, averaged weights, each segment's weights or None); optimizer parts of
-        the vectors go to the optimizer-state policy."""
+        """(train metrics, averaged weights, each segment's weights or None, each segment's new
+        control variate or None); optimizer parts of the vectors go to the optimizer-state
+        policy."""
         if merged_in_db:
             metrics, vector = dict(result.metrics), result.vector
             average, optimizer = vector[: self.weight_count], vector[self.weight_count :]
             if self.policy == "average":
                 self.shared_optimizer = optimizer.copy()
-            return metrics, average, None
-        decoded = result.per_key
+            return metrics, average, None, None
+        decoded, controls = result.per_key, None
+        if self.rule.corrects:  # SCAFFOLD's c_i+ ends each vector
+            controls = {k: v[-self.weight_count :] for k, (_, v) in decoded.items()}
+            decoded = {k: (m, v[: -self.weight_count]) for k, (m, v) in decoded.items()}
         counts = [m["images"] for m, _ in decoded.values()]
         metrics = {
             name: sum(m[name] * m["images"] for m, _ in decoded.values()) / sum(counts)
@@ -289,7 +333,7 @@ class Training:
             self.shared_optimizer = averaging.weighted_average(
                 [v[self.weight_count :] for _, v in decoded.values()], counts
             )
-        return metrics, average, segments
+        return metrics, average, segments, controls
 
     def _validation(
         self, model: np.ndarray, stored: StoredStart, segments: dict | None, iteration: int

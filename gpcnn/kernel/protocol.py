@@ -57,7 +57,9 @@ class Transport:
 
 @dataclass(frozen=True)
 class SegmentOptions:
-    """How a segment compiles and trains the model: the same for every iteration of a fit."""
+    """How a segment compiles and trains the model: the same for every iteration of a fit.
+    ``proximal`` (FedProx's mu) and ``correction`` (SCAFFOLD's: the start vector ends with
+    c - c_i, the trained one with c_i+) are what the merge rule adds to every local step."""
 
     compile: CompileOptions
     image_shape: tuple[int, ...]
@@ -66,6 +68,8 @@ class SegmentOptions:
     seed: int | None = None
     threads: int | None = None
     optimizer_state: str = "reset"
+    proximal: float = 0.0
+    correction: bool = False
     iteration: IterationOptions = IterationOptions()
     transport: Transport | None = None
 
@@ -90,6 +94,10 @@ class SegmentOptions:
             "optimizer_state": self.optimizer_state,
             **dataclasses.asdict(self.iteration),
         }
+        if self.proximal:  # a rule's additions, only where it makes them
+            values["proximal"] = self.proximal
+        if self.correction:
+            values["correction"] = True
         if self.transport is not None:
             values.update(dataclasses.asdict(self.transport))
         return values

@@ -257,6 +257,7 @@ def shuffled_order(n: int, seed: int | None, iteration: int, key: int, position:
 
 _inbox: dict[str, np.ndarray] = {}
 _outbox: dict[str, np.ndarray] = {}
+_anchors: dict[str, list] = {}  # a rule's per-step terms, per token (``_anchor``)
 
 
 def _pack(magic: bytes, header: dict, payload: bytes = b"") -> bytes:
@@ -305,8 +306,9 @@ def _forget_other_statements(token: str) -> None:
     """Drop what a failed or cancelled earlier statement left in this process."""
     _inbox.clear()
     statement = token.split("/")[0] + "/"
-    for stale in [t for t in _outbox if not t.startswith(statement)]:
-        del _outbox[stale]
+    for box in (_outbox, _anchors):
+        for stale in [t for t in box if not t.startswith(statement)]:
+            del box[stale]
 
 
 def _take_start(state: dict, options: SegmentOptions, key: int) -> np.ndarray:
@@ -350,6 +352,71 @@ def decode_result(data: bytes | memoryview) -> dict:
     """A final value of the ``merge`` aggregate: ``{"images", "loss", metrics...}``."""
     header, _ = _unpack(data, RESULT_MAGIC)
     return header
+
+
+# -- what a merge rule adds to every local step ------------------------------------------------
+#
+# FedProx and SCAFFOLD act inside the local training, after every batch, on the trainable
+# weights only, in float32 NumPy (tests/test_rules_db.py's references do the same operations):
+#   FedProx:  w <- w - (lr * mu) * (w - w_sent)
+#   SCAFFOLD: w <- w - lr * d,  with d = c - c_i sent after the start's weights (and optimizer)
+# where lr is the optimizer's learning rate of that batch, read before it. At the end SCAFFOLD's
+# segment returns c_i+ = (w_sent - w) / sum(lr) - d after its trained vector (zero where not
+# trainable): the average of the steps' directions, i.e. state derived from its gradients.
+
+
+def _anchor(model: Any, start: np.ndarray, options: SegmentOptions) -> list:
+    """(variable, its sent value, its slice of d or None) per trainable weight, kept from the
+    first buffer to the last in ``_anchors``."""
+    trainable = {id(v) for v in model.trainable_weights}
+    count = sum(wire.sizes(wire.manifest(model)))
+    parts, offset = [], 0
+    for var in model.weights:
+        size = int(np.prod(var.shape, dtype=np.int64))
+        if id(var) in trainable:
+            sent = start[offset : offset + size].reshape(var.shape).copy()
+            d = None
+            if options.correction:
+                tail = start[start.size - count + offset : start.size - count + offset + size]
+                d = tail.reshape(var.shape).copy()
+            parts.append((var, sent, d))
+        offset += size
+    return parts
+
+
+def _rule_step(model: Any, parts: list, options: SegmentOptions, header: dict):
+    """``train_on_batch`` followed by the rule's step; the learning rates summed in ``header``."""
+    keras = keras_module()
+    mu = np.float32(options.proximal)
+
+    def step(x, y, return_dict: bool = True):
+        rate = np.float32(keras.ops.convert_to_numpy(model.optimizer.learning_rate))
+        logs = model.train_on_batch(x, y, return_dict=return_dict)
+        for var, sent, d in parts:
+            w = np.asarray(var.numpy(), np.float32)
+            if mu:
+                w = w - (rate * mu) * (w - sent)
+            if d is not None:
+                w = w - rate * d
+            var.assign(w)
+        header["rate_sum"] = header.get("rate_sum", 0.0) + float(rate)
+        return logs
+
+    return step
+
+
+def _new_control(model: Any, parts: list, rate_sum: float) -> np.ndarray:
+    """SCAFFOLD's c_i+ = (w_sent - w) / sum(lr) - d on trainable positions, zero elsewhere."""
+    trainable = {id(var): (sent, d) for var, sent, d in parts}
+    pieces = []
+    for var in model.weights:
+        if id(var) in trainable:
+            sent, d = trainable[id(var)]
+            w = np.asarray(var.numpy(), np.float32)
+            pieces.append(((sent - w) / np.float32(rate_sum) - d).ravel())
+        else:
+            pieces.append(np.zeros(int(np.prod(var.shape, dtype=np.int64)), np.float32))
+    return wire.flatten(pieces)
 
 
 # -- the aggregates -----------------------------------------------------------------------------
@@ -409,28 +476,38 @@ def train_transition(
     model = build_model(model_json, options)
     keep_optimizer = options.optimizer_state != "reset"
     iteration = options.iteration.iteration
+    ruled = options.proximal != 0 or options.correction
     if not header["started"]:
         start = _take_start(header, options, key)
         count = sum(wire.sizes(wire.manifest(model)))
         _set_weights(model, start[:count])
         if options.iteration.optimizer_sent:
-            wire.set_optimizer_vector(model, start[count:])
+            wire.set_optimizer_vector(model, start[count : start.size - count * options.correction])
         else:
             reset_optimizer(model)
         set_rate(model, options)
+        if ruled:
+            _anchors[header["token"]] = _anchor(model, start, options)
         del start
         seed_everything(model, options.seed, iteration, key)
     order = None
     if options.shuffle:
         order = shuffled_order(n, options.seed, iteration, key, header["count"])
     sums = header["sums"]
-    _over_batches(model.train_on_batch, x, y, n, options, int(options.batch_size), sums, order)
+    step = model.train_on_batch
+    if ruled:
+        step = _rule_step(model, _anchors[header["token"]], options, header)
+    _over_batches(step, x, y, n, options, int(options.batch_size), sums, order)
     header["count"] += n
     if header["count"] > expected:
         raise SegmentError(f"saw {header['count']} images, more than the {expected} expected")
     if header["count"] == expected:
         extra = list(model.optimizer.variables) if keep_optimizer else []
-        _outbox[header["token"]] = wire.vector_of(list(model.weights) + extra)
+        vector = wire.vector_of(list(model.weights) + extra)
+        parts = _anchors.pop(header["token"], None)
+        if options.correction:
+            vector = np.concatenate([vector, _new_control(model, parts, header["rate_sum"])])
+        _outbox[header["token"]] = vector
     return encode_state(header)
 
 

@@ -5,7 +5,8 @@ finished runs are reused, a half-done run continues from its last stored iterati
 database). Then ``DIR/history.csv``, the figures and ``DIR/report.md`` are written from all runs.
 
 Rules: ``single`` (one worker on all the data: K=1, the "without merge" reference), ``none`` (K
-workers that never merge), ``average`` (MADlib), ``bmuf``, ``easgd``, and ``sync`` (per-batch
+workers that never merge), ``average`` (MADlib), ``bmuf``, ``easgd``, ``fedprox``, ``scaffold``,
+``fedadam``, ``fedyogi`` (their default options), and ``sync`` (per-batch
 synchronous data parallelism with ``tf.distribute.MirroredStrategy`` on K logical CPUs, outside
 the database: the successor of Keras's ``multi_gpu_model``). ``--iterations N`` counts iterations at
 one merge per epoch; a run with M merges per epoch runs N·M iterations, so all runs see N epochs.
@@ -31,7 +32,18 @@ from gpcnn.study import report
 from gpcnn.study.models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.study.specs import RunSpec
 
-RULES = ("single", "none", "average", "bmuf", "easgd", "sync")
+RULES = (
+    "single",
+    "none",
+    "average",
+    "bmuf",
+    "easgd",
+    "fedprox",
+    "scaffold",
+    "fedadam",
+    "fedyogi",
+    "sync",
+)
 
 
 def plan(
