@@ -115,7 +115,7 @@ def reference(model, key_buffers, iterations, seed=None, shuffle=False):
     weights = wire.flatten(model.get_weights())
     for iteration in range(1, iterations + 1):
         models, counts = [], []
-        for key, buffers in key_buffers.items():
+        for shard, buffers in enumerate(key_buffers.values()):  # the keys' shards, in order
             local = keras.models.model_from_json(model.to_json())
             local.compile(
                 optimizer=keras.optimizers.SGD(LEARNING_RATE),
@@ -123,11 +123,11 @@ def reference(model, key_buffers, iterations, seed=None, shuffle=False):
                 metrics=["accuracy"],
             )
             wire.set_model_weights(local, weights)
-            segment.seed_everything(local, seed, iteration, key)
+            segment.seed_everything(local, seed, iteration, shard)
             position = 0
             for images, labels in buffers:
                 if shuffle:
-                    order = segment.shuffled_order(len(labels), seed, iteration, key, position)
+                    order = segment.shuffled_order(len(labels), seed, iteration, shard, position)
                     images, labels = images[order], labels[order]
                 position += len(labels)
                 x = segment.to_model_input(images)
