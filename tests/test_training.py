@@ -568,7 +568,9 @@ def test_predict_after_training_in_the_same_process_uses_the_given_weights():
     y = rng.integers(0, 3, 8).astype("<i4").tobytes()
     weights = wire.model_to_bytes(model)
     before = segment.predict(x, 8, model.to_json(), options, weights)
-    training = json.dumps({**json.loads(options), "transfer": 1, "vector_size": len(weights) // 4})
+    training = json.dumps(
+        {**json.loads(options), "transfer": 1, "vector_size": len(weights) // 4, "shard_keys": [0]}
+    )
     # the start arrives as one chunk with the first (here: only) buffer
     segment.train_transition(None, 0, 0, weights, x, y, 8, model.to_json(), training, 8)
     assert segment.predict(x, 8, model.to_json(), options, weights) == before

@@ -422,10 +422,10 @@ class StreamingAverage:
     def result(self) -> Trained:
         if self._error is not None:
             raise self._error
-        if sorted(self._states) != self.keys or self._waiting:
+        if sorted(self._states) != sorted(self.keys) or self._waiting:
             raise ValueError(
-                f"results of keys {sorted(self._states)} came back for keys {self.keys}, chunks "
-                f"{sorted(self._waiting)} incomplete"
+                f"results of keys {sorted(self._states)} came back for keys {sorted(self.keys)}, "
+                f"chunks {sorted(self._waiting)} incomplete"
             )
         if self._averaged != self.vector.size:
             raise ValueError(
