@@ -4,10 +4,10 @@ with their defaults here and one JSON encoding.
 The client builds ``SegmentOptions`` once per fit (how to compile and train the model), adds an
 ``IterationOptions`` per iteration (which iteration, the learning rate, whether an optimizer state
 is sent) and the engine a ``Transport`` per statement (which transfer holds the start vector, its
-size) and the table's keys in shard order (``shard_keys``: a segment's random streams derive from its
-shard's position there, never from the key); the segment decodes them with
-``SegmentOptions.from_json``. The encoding is one flat JSON
-object, the shape that gpcnn 0.2 stored in an estimator's ``.gpcnn.json`` sidecar.
+size) and the table's keys in shard order (``shard_keys``: a segment's random streams derive from
+its shard's position there, never from the key); the segment decodes them with
+``SegmentOptions.from_json``. The encoding is one flat JSON object, the shape that gpcnn 0.2
+stored in an estimator's ``.gpcnn.json`` sidecar.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ class SegmentOptions:
         except ValueError:
             raise ValueError(
                 f"key {key} is not among the table's keys {list(self.shard_keys)} that the "
-                "statement sent: the table was reloaded during the fit; fit it again"
+                "statement sent (``Backend.run_training`` sends the catalog's dist_keys): if the "
+                "table was reloaded during the fit, fit it again"
             ) from None
 
     def to_dict(self) -> dict:
