@@ -119,13 +119,14 @@ def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table
 
     fitting = threading.Thread(target=fit)
     fitting.start()
-    # One session per segment on PostgreSQL: terminate segment 1's; one for all otherwise.
-    victims = [1] if engine.backend.per_segment_sessions else list(table.keys)
+    # One session per segment on PostgreSQL: terminate the second segment's; one for all otherwise.
+    second = table.keys[1]
+    victims = [second] if engine.backend.per_segment_sessions else list(table.keys)
     deadline = time.monotonic() + 120
     while not (hasattr(est, "run_id_") and _stored_iterations(engine, est.run_id_)):
         assert fitting.is_alive() and time.monotonic() < deadline, raised
         time.sleep(0.05)
-    pid = _training_pid(engine, table, 1)  # in iteration 2 or 3
+    pid = _training_pid(engine, table, second)  # in iteration 2 or 3
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.pg_terminate_backend(pid))).scalar()
     fitting.join(120)

@@ -210,12 +210,12 @@ def test_none_trains_each_segment_alone(engine, schema, model, tables):
     )
     local.optimizer.build(local.trainable_variables)
     fresh = wire.optimizer_vector(local)  # a fresh SGD: restored before every iteration
-    for key in info.keys:
+    for shard, key in enumerate(info.keys):
         weights = start
         for iteration in (1, 2):
             wire.set_model_weights(local, weights)
             wire.set_optimizer_vector(local, fresh)
-            segment.seed_everything(local, SEED, iteration, key)
+            segment.seed_everything(local, SEED, iteration, shard)
             for images, labels in buffers[key]:
                 x = segment.to_model_input(images)
                 for i in range(0, len(x), BATCH):

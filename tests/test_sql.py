@@ -41,7 +41,8 @@ def test_greenplum_training_is_one_shape_b_statement_merged_chunk_by_chunk():
     gp = GreenplumBackend(OFFLINE, "gpcnn")
     chunks = CHUNKS.format(inner=TRAIN.format(table='img."Train"'))
     assert gp.training_sql('img."Train"', "merge") == (
-        "SELECT m.chunk, gpcnn.merge_chunks(m.chunk, m.count, m.data ORDER BY m.key) "
+        "SELECT m.chunk, gpcnn.merge_chunks(m.chunk, m.count, m.data "
+        "ORDER BY array_position(CAST(:keys AS integer[]), m.key)) "
         f"FROM ({chunks}) m GROUP BY m.chunk"
     )
     assert gp.session_groups([5, 9, 2], 1) == [[5, 9, 2]]
@@ -54,7 +55,10 @@ def test_statements_compile_to_the_drivers_style_with_colons_in_names_escaped():
     sessions = SegmentSessions.__new__(SegmentSessions)
     sessions._dialect = OFFLINE.dialect
     compiled = sessions._compiled(pg.evaluation_sql('"a:b".t', "merge"))
-    assert compiled.startswith('SELECT "we:ird".merge(q.state) FROM (SELECT t.__dist_key__ AS key')
+    assert compiled.startswith(
+        'SELECT "we:ird".merge(q.state ORDER BY '
+        "array_position(CAST(%(keys)s AS integer[]), q.key)) FROM (SELECT t.__dist_key__ AS key"
+    )
     assert 'FROM "a:b".t t JOIN' in compiled
     assert 'LEFT JOIN "we:ird".transfers c ON c.transfer_id = %(transfer)s' in compiled
     assert "t.n, %(model)s, %(options)s ORDER BY" in compiled
@@ -81,7 +85,8 @@ def test_no_statement_binds_weights():
 def test_evaluation_joins_the_weights_to_each_keys_first_buffer():
     gp = GreenplumBackend(OFFLINE, "gpcnn")
     assert gp.evaluation_sql("img.t", "merge") == (
-        "SELECT gpcnn.merge(q.state) FROM (SELECT t.__dist_key__ AS key, gpcnn.evaluate("
+        "SELECT gpcnn.merge(q.state ORDER BY array_position(CAST(:keys AS integer[]), q.key)) "
+        "FROM (SELECT t.__dist_key__ AS key, gpcnn.evaluate("
         "t.__dist_key__, c.chunk, c.data, t.x, t.y, t.n, :model, :options ORDER BY t.buffer_id, "
         "c.chunk) AS state FROM img.t t JOIN (SELECT __dist_key__ AS key, min(buffer_id) AS "
         "first_buffer FROM img.t GROUP BY __dist_key__) p ON t.__dist_key__ = p.key "

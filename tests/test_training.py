@@ -115,7 +115,7 @@ def reference(model, key_buffers, iterations, seed=None, shuffle=False):
     weights = wire.flatten(model.get_weights())
     for iteration in range(1, iterations + 1):
         models, counts = [], []
-        for key, buffers in key_buffers.items():
+        for shard, buffers in enumerate(key_buffers.values()):  # the keys' shards, in order
             local = keras.models.model_from_json(model.to_json())
             local.compile(
                 optimizer=keras.optimizers.SGD(LEARNING_RATE),
@@ -123,11 +123,11 @@ def reference(model, key_buffers, iterations, seed=None, shuffle=False):
                 metrics=["accuracy"],
             )
             wire.set_model_weights(local, weights)
-            segment.seed_everything(local, seed, iteration, key)
+            segment.seed_everything(local, seed, iteration, shard)
             position = 0
             for images, labels in buffers:
                 if shuffle:
-                    order = segment.shuffled_order(len(labels), seed, iteration, key, position)
+                    order = segment.shuffled_order(len(labels), seed, iteration, shard, position)
                     images, labels = images[order], labels[order]
                 position += len(labels)
                 x = segment.to_model_input(images)
@@ -568,7 +568,9 @@ def test_predict_after_training_in_the_same_process_uses_the_given_weights():
     y = rng.integers(0, 3, 8).astype("<i4").tobytes()
     weights = wire.model_to_bytes(model)
     before = segment.predict(x, 8, model.to_json(), options, weights)
-    training = json.dumps({**json.loads(options), "transfer": 1, "vector_size": len(weights) // 4})
+    training = json.dumps(
+        {**json.loads(options), "transfer": 1, "vector_size": len(weights) // 4, "shard_keys": [0]}
+    )
     # the start arrives as one chunk with the first (here: only) buffer
     segment.train_transition(None, 0, 0, weights, x, y, 8, model.to_json(), training, 8)
     assert segment.predict(x, 8, model.to_json(), options, weights) == before

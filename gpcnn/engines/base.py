@@ -38,6 +38,9 @@ from gpcnn.engines.transport import (
 from gpcnn.kernel import segment
 
 DISPATCHES = (None, "sessions", "statement")
+# A key's shard position (0-based order in the statement's ``:keys``, the table's ``dist_keys``):
+# vectors and metrics are added in this order, so the sums do not depend on the key values.
+SHARD_ORDER = "array_position(CAST(:keys AS integer[]), %s.key)"
 # A chunk of a vector: one row of transfers and checkpoints, one row of a result stream. 1 MiB
 # rather than 8: the client's allocator reuses 1 MiB buffers, where it kept freed 8 MiB ones in
 # per-thread arenas (25M weights: client peak 3.12x against 3.97x the model, K = 2;
@@ -224,8 +227,8 @@ class Backend:
         it reaches the aggregate first (on Greenplum ``transfers`` is replicated: a local join);
         ``stored``: from the run's checkpoint named by ``:start_run``/``:start_iteration``
         instead (a ``StoredStart``; on Greenplum broadcast to the segments). ``outer`` = "merge"
-        merges the K trained vectors chunk by chunk, None returns each key's chunks
-        (``state_chunks``)."""
+        merges the K trained vectors chunk by chunk in shard order (each key's position in
+        ``:keys``, whatever the key values), None returns each key's chunks (``state_chunks``)."""
         s, table_sql = text_safe(self.qschema), text_safe(table_sql)
         inner = (
             f"SELECT t.__dist_key__ AS key, {s}.train(t.__dist_key__, c.chunk, c.data, t.x, t.y, "
@@ -251,8 +254,9 @@ class Backend:
             f"(SELECT q.key, {s}.state_chunks(q.state, :chunk_values) AS c FROM ({inner}) q) r"
         )
         if outer == "merge":
+            order = SHARD_ORDER % "m"
             return (
-                f"SELECT m.chunk, {s}.merge_chunks(m.chunk, m.count, m.data ORDER BY m.key) "
+                f"SELECT m.chunk, {s}.merge_chunks(m.chunk, m.count, m.data ORDER BY {order}) "
                 f"FROM ({chunks}) m GROUP BY m.chunk"
             )
         return chunks
@@ -271,7 +275,7 @@ class Backend:
     def evaluation_sql(self, table_sql: str, outer: str | None, stored: bool = False) -> str:
         """Each key's buffers through ``evaluate``, the weights joined to the key's first buffer
         as for training (from ``transfers``, or ``stored`` in a checkpoint); "merge" adds the K
-        small states."""
+        small states in shard order."""
         s, table_sql = text_safe(self.qschema), text_safe(table_sql)
         inner = (
             f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.__dist_key__, c.chunk, c.data, t.x, "
@@ -284,7 +288,7 @@ class Backend:
             "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) GROUP BY t.__dist_key__"
         )
         if outer == "merge":
-            return f"SELECT {s}.merge(q.state) FROM ({inner}) q"
+            return f"SELECT {s}.merge(q.state ORDER BY {SHARD_ORDER % 'q'}) FROM ({inner}) q"
         return inner
 
     def weights_sql(self) -> str:
@@ -404,6 +408,7 @@ class Backend:
         same way, into ``into`` when given and of the average's size (a vector whose values are
         no longer needed: the caller's model, already sent)."""
         stored = isinstance(starts, StoredStart)
+        params = with_shards(params, keys)
         with self._vectors(starts, params) as params:
             params = {**params, "chunk_values": self.chunk_values}
             groups = self.session_groups(keys, len(sessions))
@@ -418,7 +423,7 @@ class Backend:
             types = ("integer", "integer", "bigint", "bytea")
             if merged:
                 paced = all(len(group) == 1 for group in groups)
-                average = StreamingAverage(keys, self.chunk_values, paced, into)
+                average = StreamingAverage(params["keys"], self.chunk_values, paced, into)
                 sink = partial(BinaryRows, types, on_row=average.add, on_end=average.end_stream)
                 try:
                     self._per_group(sessions, sql, params, keys, sink)
@@ -426,7 +431,7 @@ class Backend:
                     average.close()
                 return average.result()
             rows = self._per_group(sessions, sql, params, keys, partial(BinaryRows, types))
-        return per_key_result(rows)
+        return per_key_result(rows, params["keys"])
 
     def run_evaluation(
         self,
@@ -440,6 +445,7 @@ class Backend:
         model of a stored checkpoint, not written again) over the keys' buffers."""
         stored = isinstance(weights, StoredStart)
         vectors = weights if stored else {EVERY_KEY: weights}
+        params = with_shards(params, keys)
         with self._vectors(vectors, params) as params:
             groups = self.session_groups(keys, len(sessions))
             if len(groups) == 1:
@@ -450,7 +456,7 @@ class Backend:
             sql = self.evaluation_sql(table_sql, None, stored)
             rows = self._per_group(sessions, sql, params, keys)
         state = None
-        for _, value in sorted(rows, key=lambda r: r[0]):
+        for _, value in sorted(rows, key=lambda r: params["keys"].index(r[0])):
             state = segment.add_states(state, bytes(value))
         return segment.decode_result(segment.state_result(state))
 
@@ -460,6 +466,13 @@ class Backend:
         """(buffer_id, probabilities) of every buffer, in buffer order."""
         rows = self._per_group(sessions, self.prediction_sql(table_sql), params, keys)
         return sorted(((int(b), bytes(p)) for b, p in rows), key=lambda r: r[0])
+
+
+def with_shards(params: dict, keys: Sequence[int]) -> dict:
+    """``params`` with the table's keys in shard order: as ``:keys`` (the merge's order) and in the
+    segment options (``shard_keys``: what the segments' random streams derive from)."""
+    keys = [int(k) for k in keys]
+    return {**params, "keys": keys, "options": params["options"].replace(shard_keys=tuple(keys))}
 
 
 def check_chunk_bytes(chunk_bytes: int | None) -> int:

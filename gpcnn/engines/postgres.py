@@ -26,6 +26,11 @@ class PostgresBackend(Backend):
         return self._decode_probes(rows)
 
     def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
+        """0..K-1; through a ``dispatch="statement"`` handle Greenplum-like keys instead (see
+        ``greenplum_like_keys``), so the suite runs Greenplum's path with keys that are neither
+        0..K-1 nor in order, as Greenplum's are."""
+        if self.dispatch == "statement":
+            return greenplum_like_keys(segments)
         return list(range(segments))
 
     @staticmethod
@@ -52,6 +57,14 @@ class PostgresBackend(Backend):
 
     def default_threads(self, segments: int) -> int:
         return max(1, self.server_cpu_count() // max(1, segments))
+
+
+def greenplum_like_keys(segments: int) -> list[int]:
+    """Keys spaced by 3 from 2, the last shard's 0: K = 2 gives [2, 0], as Greenplum chose on 2
+    primaries; K = 3 [2, 5, 0]. Shard i is the i-th key, whatever its value."""
+    if segments == 1:
+        return [2]
+    return [2 + 3 * i for i in range(segments - 1)] + [0]
 
 
 def bootstrap(url: str, admin_database: str, database: str) -> None:

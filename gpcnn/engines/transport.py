@@ -294,8 +294,9 @@ def merged_result(rows: list[tuple]) -> Trained:
     return Trained(segment.final_metrics(segment.decode_state(state)), assemble(chunks), None)
 
 
-def per_key_result(rows: list[tuple]) -> Trained:
-    """(key, chunk, count, data) rows: each key's metrics and vector."""
+def per_key_result(rows: list[tuple], keys: Sequence[int]) -> Trained:
+    """(key, chunk, count, data) rows: each key's metrics and vector, in the order of ``keys``
+    (shard order: what the rules add up in)."""
     found: dict[int, tuple[dict, dict[int, memoryview]]] = {}
     for key, chunk, _, data in rows:
         state, chunks = found.setdefault(int(key), ({}, {}))
@@ -305,7 +306,7 @@ def per_key_result(rows: list[tuple]) -> Trained:
             chunks[int(chunk)] = data
     per_key = {
         key: (segment.final_metrics(found[key][0]), assemble(found[key][1], f"key {key}'s vector"))
-        for key in sorted(found)
+        for key in sorted(found, key=list(keys).index)
     }
     return Trained(None, None, per_key)
 
@@ -318,12 +319,12 @@ AVERAGE_BLOCK_VALUES = 1 << 18  # averaged at a time: the float64 temporaries st
 
 class StreamingAverage:
     """The database's ``merge_chunks``, here, as the K result streams arrive (``BinaryRows`` sinks
-    in K threads call ``add``): chunk i is averaged over the keys in key order
-    (``averaging.weighted_average``: float64 sums, exact integer counts) once every key has sent
-    it, and its K parts are dropped. So the client holds the average and a few chunks, not K
-    trained vectors: with one key per stream (``paced``), a stream more than
-    ``AVERAGE_LEAD_CHUNKS`` ahead of the slowest waits for it, and streams wait while
-    ``AVERAGE_QUEUE_CHUNKS`` complete chunks await the averaging; a waiting stream's segment
+    in K threads call ``add``): chunk i is averaged over the keys in the order of ``keys`` (shard
+    order, as the database merges; ``averaging.weighted_average``: float64 sums, exact integer
+    counts) once every key has sent it, and its K parts are dropped. So the client holds the
+    average and a few chunks, not K trained vectors: with one key per stream (``paced``), a
+    stream more than ``AVERAGE_LEAD_CHUNKS`` ahead of the slowest waits for it, and streams wait
+    while ``AVERAGE_QUEUE_CHUNKS`` complete chunks await the averaging; a waiting stream's segment
     blocks on its socket, holding the vector it holds anyway. Unpaced (several keys per stream,
     sent one after the other) a stream cannot wait for a key that comes later in its own stream,
     so parts wait here. The averaging runs in one worker thread at a lower CPU priority
@@ -339,7 +340,7 @@ class StreamingAverage:
         paced: bool = True,
         into: np.ndarray | None = None,
     ) -> None:
-        self.keys = sorted(int(k) for k in keys)
+        self.keys = [int(k) for k in keys]
         self.chunk_values = chunk_values
         self.paced = paced
         self._into = into
@@ -421,10 +422,10 @@ class StreamingAverage:
     def result(self) -> Trained:
         if self._error is not None:
             raise self._error
-        if sorted(self._states) != self.keys or self._waiting:
+        if sorted(self._states) != sorted(self.keys) or self._waiting:
             raise ValueError(
-                f"results of keys {sorted(self._states)} came back for keys {self.keys}, chunks "
-                f"{sorted(self._waiting)} incomplete"
+                f"results of keys {sorted(self._states)} came back for keys {sorted(self.keys)}, "
+                f"chunks {sorted(self._waiting)} incomplete"
             )
         if self._averaged != self.vector.size:
             raise ValueError(

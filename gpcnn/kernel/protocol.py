@@ -4,8 +4,10 @@ with their defaults here and one JSON encoding.
 The client builds ``SegmentOptions`` once per fit (how to compile and train the model), adds an
 ``IterationOptions`` per iteration (which iteration, the learning rate, whether an optimizer state
 is sent) and the engine a ``Transport`` per statement (which transfer holds the start vector, its
-size); the segment decodes them with ``SegmentOptions.from_json``. The encoding is one flat JSON
-object, the shape that gpcnn 0.2 stored in an estimator's ``.gpcnn.json`` sidecar.
+size) and the table's keys in shard order (``shard_keys``: a segment's random streams derive from
+its shard's position there, never from the key); the segment decodes them with
+``SegmentOptions.from_json``. The encoding is one flat JSON object, the shape that gpcnn 0.2
+stored in an estimator's ``.gpcnn.json`` sidecar.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ class SegmentOptions:
     correction: bool = False
     iteration: IterationOptions = IterationOptions()
     transport: Transport | None = None
+    # The table's ``__dist_key__`` values in shard order (its catalog's ``dist_keys``): the
+    # engine chooses the keys (Greenplum by the primary each lands on), so Dropout masks and
+    # buffer orders derive from the shard's position here, and a seed gives the same model on
+    # every engine.
+    shard_keys: tuple[int, ...] = ()
 
     def replace(self, **changes: Any) -> SegmentOptions:
         return dataclasses.replace(self, **changes)
@@ -82,6 +89,17 @@ class SegmentOptions:
 
     def with_transport(self, transfer: int, vector_size: int) -> SegmentOptions:
         return self.replace(transport=Transport(int(transfer), int(vector_size)))
+
+    def shard(self, key: int) -> int:
+        """The position (0..K-1) of key ``key``'s shard in the table: what seeds derive from."""
+        try:
+            return self.shard_keys.index(int(key))
+        except ValueError:
+            raise ValueError(
+                f"key {key} is not among the table's keys {list(self.shard_keys)} that the "
+                "statement sent (``Backend.run_training`` sends the catalog's dist_keys): if the "
+                "table was reloaded during the fit, fit it again"
+            ) from None
 
     def to_dict(self) -> dict:
         values = {
@@ -100,6 +118,8 @@ class SegmentOptions:
             values["correction"] = True
         if self.transport is not None:
             values.update(dataclasses.asdict(self.transport))
+        if self.shard_keys:  # per statement, as the transport (not in an estimator's sidecar)
+            values["shard_keys"] = list(self.shard_keys)
         return values
 
     def to_json(self) -> str:
@@ -113,6 +133,7 @@ class SegmentOptions:
             "image_shape",
             "iteration",
             "transport",
+            "shard_keys",
         }
         steps = {f.name for f in dataclasses.fields(IterationOptions)}
         transport = None
@@ -124,6 +145,7 @@ class SegmentOptions:
             image_shape=tuple(values.get("image_shape", ())),
             iteration=IterationOptions(**{k: v for k, v in values.items() if k in steps}),
             transport=transport,
+            shard_keys=tuple(int(k) for k in values.get("shard_keys", ())),
         )
 
     @classmethod

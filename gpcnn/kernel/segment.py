@@ -10,8 +10,10 @@ The training aggregate, MADlib-style (docs/design.md, The aggregate protocol), w
   start vector (joined from ``transfers``): the chunks are assembled in this process, then the
   cached model takes the weights, the optimizer is reset (or set) and the random state fixed, and
   every buffer is trained with a ``train_on_batch`` loop, accumulating image-weighted loss and
-  metrics. On the last buffer (the image count reaches ``expected``) the trained vector goes to
-  this process's outbox; the state itself only ever holds counts, sums and a token.
+  metrics. Every random stream derives from the shard's position (``SegmentOptions.shard``), never
+  from the key, which the engine chose. On the last buffer (the image count reaches ``expected``)
+  the trained vector goes to this process's outbox; the state itself only ever holds counts, sums
+  and a token.
 - ``state_chunks`` (later in the same statement, same process) hands the vector on as chunk rows.
 - ``merge_chunk_transition`` / ``merge_chunk_final`` merge one chunk of the K vectors: float64
   sums of ``n * w``, exact integer counts, then ``S / n`` (``averaging.accumulate`` / ``finish``).
@@ -214,17 +216,18 @@ def set_rate(model: Any, options: SegmentOptions) -> None:
         model.optimizer.iterations.assign(int(step.optimizer_step))
 
 
-def seed_everything(model: Any, seed: int | None, iteration: int, key: int) -> None:
-    """Fix Dropout masks and any other randomness for this (run seed, iteration, segment): the
+def seed_everything(model: Any, seed: int | None, iteration: int, shard: int) -> None:
+    """Fix Dropout masks and any other randomness for this (run seed, iteration, shard): the
     state of every Keras ``SeedGenerator`` (Keras 3 draws its random ops from these, statelessly),
-    and Python's and NumPy's global generators. Not TensorFlow's global seed, as
-    ``keras.utils.set_random_seed`` would: setting it clears TF's kernel cache, so the next
-    ``train_on_batch`` instantiates and optimizes the train step again, 4-6x the time of a batch
-    (``bench/tf_seed.py``), per segment and iteration; and no op here reads it."""
+    and Python's and NumPy's global generators. ``shard`` is the shard's position in the table
+    (``SegmentOptions.shard``), not its key: the keys are the engine's choice. Not TensorFlow's
+    global seed, as ``keras.utils.set_random_seed`` would: setting it clears TF's kernel cache, so
+    the next ``train_on_batch`` instantiates and optimizes the train step again, 4-6x the time of
+    a batch (``bench/tf_seed.py``), per segment and iteration; and no op here reads it."""
     if seed is None:
         return
     derived = int.from_bytes(
-        hashlib.sha256(f"{seed}/{iteration}/{key}".encode()).digest()[:4], "little"
+        hashlib.sha256(f"{seed}/{iteration}/{shard}".encode()).digest()[:4], "little"
     )
     random.seed(derived)
     np.random.seed(derived % (2**31))
@@ -234,15 +237,15 @@ def seed_everything(model: Any, seed: int | None, iteration: int, key: int) -> N
             var.assign(np.array([(derived + i) % (2**31), 0], dtype=var.dtype))
 
 
-def shuffled_order(n: int, seed: int | None, iteration: int, key: int, position: int) -> np.ndarray:
+def shuffled_order(n: int, seed: int | None, iteration: int, shard: int, offset: int) -> np.ndarray:
     """The order in which one buffer's images are trained when ``shuffle`` is on: a new permutation
     every iteration, as Keras's ``fit(shuffle=True)`` inside MADlib's transition gives, but
-    reproducible from (run seed, iteration, segment, images before this buffer). Without the
-    shuffle, every epoch ends on the same last batches, and the model measured at the end of an
+    reproducible from (run seed, iteration, shard position, images before this buffer). Without
+    the shuffle, every epoch ends on the same last batches, and the model measured at the end of an
     epoch leans towards them."""
     if seed is None:
         return np.random.default_rng().permutation(n)
-    digest = hashlib.sha256(f"{seed}/{iteration}/{key}/{position}".encode()).digest()
+    digest = hashlib.sha256(f"{seed}/{iteration}/{shard}/{offset}".encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little")).permutation(n)
 
 
@@ -475,7 +478,7 @@ def train_transition(
         return encode_state(header)
     model = build_model(model_json, options)
     keep_optimizer = options.optimizer_state != "reset"
-    iteration = options.iteration.iteration
+    iteration, shard = options.iteration.iteration, options.shard(key)
     ruled = options.proximal != 0 or options.correction
     if not header["started"]:
         start = _take_start(header, options, key)
@@ -489,10 +492,10 @@ def train_transition(
         if ruled:
             _anchors[header["token"]] = _anchor(model, start, options)
         del start
-        seed_everything(model, options.seed, iteration, key)
+        seed_everything(model, options.seed, iteration, shard)
     order = None
     if options.shuffle:
-        order = shuffled_order(n, options.seed, iteration, key, header["count"])
+        order = shuffled_order(n, options.seed, iteration, shard, header["count"])
     sums = header["sums"]
     step = model.train_on_batch
     if ruled:

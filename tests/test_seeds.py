@@ -1,0 +1,93 @@
+"""A seed gives the same model whichever keys the engine chose (issue: Greenplum as the first
+engine). The segments' random streams (Dropout masks, buffer orders) and the merges' sums follow the
+shards' positions, never the key values: PostgreSQL's sessions number the shards 0..K-1, its
+``"statement"`` dispatch numbers them as Greenplum might (neither 0..K-1 nor in order), and a
+shuffled Dropout fit gives the same bits on both."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import TEST_SCHEMA, test_url
+from test_training import tiny_cnn
+from tiny import learnable_images
+
+import gpcnn
+from gpcnn.data.tables import load_images
+from gpcnn.estimator import GreenplumCNN
+from gpcnn.kernel import segment, wire
+from gpcnn.kernel.protocol import CompileOptions, SegmentOptions
+
+keras = segment.keras_module()
+
+DATA_SCHEMA = "gpcnn_seeds_test"
+K = 3
+
+
+@pytest.fixture(scope="module")
+def handles(database):
+    """The engine's own dispatch and ``"statement"``, each with a table loaded through it from
+    the same images and seed: the same shards under different keys."""
+    if "sessions" not in database.backend.dispatches:
+        pytest.skip(
+            f"{database.backend.kind} runs one dispatch: bench/seed_engines.py compares it "
+            "with PostgreSQL"
+        )
+    statement = gpcnn.connect(test_url(), schema=TEST_SCHEMA, dispatch="statement")
+    x, y = learnable_images(150)
+    tables = {}
+    for name, db in (("sessions", database), ("statement", statement)):
+        table = f"{DATA_SCHEMA}.train_{name}"
+        tables[name] = (db, load_images(db, table, x, y, segments=K, buffer_size=20,
+                                        replace=True, progress=False))  # fmt: skip
+    yield tables
+    statement.close()
+
+
+def fit(db, info, **params):
+    est = GreenplumCNN(
+        tiny_cnn(batchnorm_dropout=True), optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+        learning_rate=None, batch_size=16, shuffle=True, iterations=2, seed=11, database=db,
+        validation_table=str(info.table), threads_per_segment=1, verbose=0, **params,
+    )  # fmt: skip
+    with est:
+        est.fit(str(info.table))
+    return est
+
+
+def test_statement_dispatch_on_postgresql_numbers_the_shards_as_greenplum_might(handles):
+    sessions, statement = handles["sessions"][1].keys, handles["statement"][1].keys
+    assert sessions == tuple(range(K))
+    assert sorted(statement) != list(statement) and set(statement) != set(range(K))
+    assert len(set(statement)) == K
+
+
+@pytest.mark.parametrize(
+    "merge, optimizer_state",
+    [("bmuf", "local"), ("average", "reset")],  # merged in the client / in the database
+)
+def test_a_shuffled_dropout_fit_is_bit_identical_whatever_the_key_numbering(
+    handles, merge, optimizer_state
+):
+    runs = {
+        name: fit(db, info, merge=merge, optimizer_state=optimizer_state)
+        for name, (db, info) in handles.items()
+    }
+    a, b = runs["sessions"], runs["statement"]
+    np.testing.assert_array_equal(
+        wire.flatten(a.model_.get_weights()), wire.flatten(b.model_.get_weights())
+    )
+    for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        assert [r[name] for r in a.history_] == [r[name] for r in b.history_]
+
+
+def test_the_segment_options_carry_the_shard_keys_and_name_a_keys_position():
+    options = SegmentOptions(CompileOptions({"class_name": "SGD"}), (8, 8, 1)).replace(
+        shard_keys=(2, 5, 0)
+    )
+    decoded = SegmentOptions.from_json(options.to_json())
+    assert decoded == options
+    assert [decoded.shard(k) for k in (2, 5, 0)] == [0, 1, 2]
+    with pytest.raises(ValueError, match="key 1 is not among the table's keys"):
+        decoded.shard(1)
+    assert "shard_keys" not in options.replace(shard_keys=()).to_dict()  # the sidecar's shape
