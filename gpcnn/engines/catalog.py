@@ -26,7 +26,8 @@ from gpcnn.engines.migrations import RUN_PARTS, SEGMENT_PARTS, result_key, table
 from gpcnn.engines.transport import EVERY_KEY, assemble, write_chunks
 
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed", "interrupted")
-RESUMABLE = ("running", "failed", "interrupted")  # a run that stopped on purpose is never continued by itself
+# a run that stopped on purpose is never continued by itself
+RESUMABLE = ("running", "failed", "interrupted")
 CHECKPOINT_PREFIX = (
     ("run_id", "bigint"),
     ("iteration", "integer"),
