@@ -6,14 +6,12 @@ no error."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from processes import run_together
 from tiny import dense_net
 
 import gpcnn
@@ -56,17 +54,6 @@ def _predictions(engine, table: str) -> list[tuple]:
         return conn.exec_driver_sql(f"SELECT * FROM {table} ORDER BY 1").all()
 
 
-def _start(command: list[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, *command],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},  # this gpcnn
-    )
-
-
 def test_fits_loads_and_predictions_at_once_each_equal_the_call_alone(engine, tables, tmp_path):
     alone = {name: estimator(engine).fit(name) for name in tables}
     weights = {name: wire.flatten(est.model_.get_weights()) for name, est in alone.items()}
@@ -92,23 +79,7 @@ def test_fits_loads_and_predictions_at_once_each_equal_the_call_alone(engine, ta
                "output": f"{DATA}.pred_{i}"} for i in range(2)),
         ]
     ]  # fmt: skip
-    children = [_start(job) for job in jobs]
-    try:
-        for child in children:
-            assert child.stdout.readline().strip() == "ready", child.stderr.read()[-3000:]
-        for child in children:  # all ready: start them together
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        reports = []
-        for child in children:
-            out, err = child.communicate(timeout=600)
-            assert child.returncode == 0, err[-3000:]
-            assert "Traceback" not in err, err[-3000:]
-            reports.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for child in children:
-            child.kill()
-    assert max(r["started"] for r in reports) < min(r["ended"] for r in reports)  # overlapped
+    reports = run_together(jobs)
     for i, name in enumerate(fits):
         np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), weights[name])
         stored = runs.load_run(engine, reports[i]["run_id"])
