@@ -25,6 +25,7 @@ LOST_CONNECTION = "server closed the connection unexpectedly"
 NAMED_SEGMENT = re.compile(r"^(?:[\w.]+\.)?SegmentError: segment (-?\d+): (.*)$", re.S)
 RAISED_AT = re.compile(r"\n\(raised at ([^\n]*)\)")
 GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+) slice\d+ ([^\s:()]+):(\d+) pid=(\d+)\)")
+DISK_FULL = "53100"
 STATEMENT_TIMEOUT = (
     "the server's statement_timeout ended it: it is set on the URL (options=-c statement_timeout=…), "
     "the role or the database (ALTER ROLE/DATABASE … SET statement_timeout); raise it above what "
@@ -101,6 +102,11 @@ def failure(
         hint = " (run gpcnn.check_environment(engine) / `gpcnn doctor`)"
     elif getattr(error, "pgcode", None) == QUERY_CANCELED and "statement timeout" in text:
         hint = f" ({STATEMENT_TIMEOUT})"
+    elif getattr(error, "pgcode", None) == DISK_FULL:
+        hint = (
+            " (the server's disk is full where that file lies: its tablespace's file system; "
+            "free space there, and what was stored before stays resumable)"
+        )
     return TrainingError(f"{what} failed in the database{where}: {why}{hint}", keys)
 
 
