@@ -17,8 +17,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from tiny import dense_net
 
 from gpcnn.data.tables import load_images
+from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
 
 DATA_SCHEMA = "gpcnn_interrupts_test"
@@ -173,6 +175,8 @@ def test_ctrl_c_during_a_fit_stops_its_segments_and_the_interrupted_run_resumes(
     stored = [row["iteration"] for row in run.iterations]
     assert stored == result["history"] == list(range(1, len(stored) + 1))
     assert runs.list_runs(engine, [run.run_id])[0]["error"].startswith("KeyboardInterrupt")
+    same = GreenplumCNN(dense_net(), iterations=30, batch_size=2, seed=1, threads_per_segment=1)
+    assert runs.find_unfinished(engine, TABLE, same.stored_params()) == run.run_id
 
     total = len(stored) + 1
     child.send(call="fit", iterations=total, resume=run.run_id)
