@@ -4,16 +4,13 @@ as exactly one load each, with a clear error for the loser and no debris."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
+from processes import run_together
 from tiny import dense_net
 
 import gpcnn
@@ -22,7 +19,7 @@ from gpcnn.fit import runs
 from gpcnn.kernel import wire
 
 DATA = "gpcnn_concurrency_test"
-CHILD = [sys.executable, str(Path(__file__).parent / "children" / "fit.py")]
+CHILD = [str(Path(__file__).parent / "children" / "fit.py")]
 
 
 def estimator(db) -> gpcnn.GreenplumCNN:
@@ -55,32 +52,12 @@ def test_fits_at_once_from_three_processes_equal_each_fit_alone(engine, tables, 
 
     url = engine.url.render_as_string(hide_password=False)
     jobs = [tables[0], tables[0], tables[1]]  # two on the same table, one on another
-    children = [
-        subprocess.Popen(
-            [*CHILD, url, engine.schema, name, str(tmp_path / f"{i}.npy"), f"{__name__}:estimator"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},  # this gpcnn
-        )
-        for i, name in enumerate(jobs)
-    ]
-    try:
-        for child in children:
-            assert child.stdout.readline().strip() == "ready", child.stderr.read()[-3000:]
-        for child in children:  # all ready: start them together
-            child.stdin.write("go\n")
-            child.stdin.flush()
-        reports = []
-        for child in children:
-            out, err = child.communicate(timeout=600)
-            assert child.returncode == 0, err[-3000:]
-            reports.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for child in children:
-            child.kill()
-    assert max(r["started"] for r in reports) < min(r["ended"] for r in reports)  # overlapped
+    reports = run_together(
+        [
+            [*CHILD, url, engine.schema, name, str(tmp_path / f"{i}.npy"), f"{__name__}:estimator"]
+            for i, name in enumerate(jobs)
+        ]
+    )
     assert len({r["run_id"] for r in reports}) == 3
     for i, (name, report) in enumerate(zip(jobs, reports, strict=True)):
         np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), alone[name])

@@ -25,8 +25,9 @@ from gpcnn.engines.base import Backend
 from gpcnn.engines.migrations import RUN_PARTS, SEGMENT_PARTS, result_key, tables
 from gpcnn.engines.transport import EVERY_KEY, assemble, write_chunks
 
-RUN_STATUSES = ("running", "finished", "stopped_early", "failed")
-RESUMABLE = ("running", "failed")  # a run that stopped on purpose is never continued by itself
+RUN_STATUSES = ("running", "finished", "stopped_early", "failed", "interrupted")
+# a run that stopped on purpose is never continued by itself
+RESUMABLE = ("running", "failed", "interrupted")
 CHECKPOINT_PREFIX = (
     ("run_id", "bigint"),
     ("iteration", "integer"),

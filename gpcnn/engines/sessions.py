@@ -11,6 +11,7 @@ names itself to the server as ``application_name()`` (``gpcnn/<client pid>``), s
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import threading
 import time
@@ -24,6 +25,7 @@ from gpcnn.engines.transport import copy
 MAX_IDLE_SESSIONS = 8  # each holds a server process with TensorFlow loaded (~300 MB private)
 DEFAULT_IDLE_TIMEOUT = 600.0  # seconds; $GPCNN_IDLE_SESSION_TIMEOUT overrides
 QUERY_CANCELED = "57014"  # SQLSTATE of a statement cancelled by cancel(): never the cause
+CANCEL_AGAIN_AFTER = 0.5  # seconds; a cancel that reaches a session before its statement is lost
 
 
 def application_name() -> str:
@@ -224,18 +226,31 @@ class SegmentSessions:
                 raise (causes or failed)[0]
             return [f.result() for f in futures]
         except BaseException:
-            self.cancel()
-            wait(futures)
+            self._stop(futures)
             raise
 
+    def _stop(self, futures) -> None:
+        """Cancel until every statement has ended: a statement sent just after a cancel (the
+        interrupt came between the submit and the send) would otherwise run to its end."""
+        while True:
+            self.cancel()
+            if not wait(futures, timeout=CANCEL_AGAIN_AFTER).not_done:
+                return
+
     def cancel(self) -> None:
+        """Cancel the statements running now (``pg_cancel_backend``: each server process stops at
+        its next interrupt check, between buffers)."""
         for conn in self._connections:
             if not conn.closed:
                 conn.cancel()
 
     def close(self) -> None:
+        """Close the connections, their statements cancelled first: a server process whose client
+        went away runs its statement to the end (a second Ctrl-C can end ``map``'s wait)."""
         for conn in getattr(self, "_connections", []):
             if not conn.closed:
+                with contextlib.suppress(Exception):
+                    conn.cancel()
                 conn.close()
         self._connections = []
         pool = getattr(self, "_pool", None)

@@ -6,7 +6,8 @@ what the training functions raise (``SegmentError: segment 3: TypeError: ...``).
 message also names the segment that failed (``(seg1 slice1 10.0.0.5:6001 pid=1234)``); MADlib's
 own functions move the segment's traceback into DETAIL, which is read as well. A session whose
 server process ended (``pg_terminate_backend``, the OOM killer, a restart) loses its connection
-with no error from the server: the client says so, with the process id.
+with no error from the server: the client says so, with the process id. A statement ended by the
+server's ``statement_timeout`` is named as such, with where that is set.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 from collections.abc import Sequence
 
 from gpcnn.engines import DatabaseError
-from gpcnn.engines.sessions import SessionError
+from gpcnn.engines.sessions import QUERY_CANCELED, SessionError
 
 # SQLSTATEs of a server process ended from outside: admin_shutdown, crash_shutdown,
 # cannot_connect_now (the server is starting or shutting down).
@@ -24,6 +25,12 @@ LOST_CONNECTION = "server closed the connection unexpectedly"
 NAMED_SEGMENT = re.compile(r"^(?:[\w.]+\.)?SegmentError: segment (-?\d+): (.*)$", re.S)
 RAISED_AT = re.compile(r"\n\(raised at ([^\n]*)\)")
 GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+) slice\d+ ([^\s:()]+):(\d+) pid=(\d+)\)")
+DISK_FULL = "53100"
+STATEMENT_TIMEOUT = (
+    "the server's statement_timeout ended it: it is set on the URL (options=-c statement_timeout=…), "
+    "the role or the database (ALTER ROLE/DATABASE … SET statement_timeout); raise it above what "
+    "one iteration lasts, or set 0"
+)
 FRAME = re.compile(r'^\s*(?:File "([^"]+)"|PL/Python function "([^"]+)"), line (\d+), in (\S+)')
 
 
@@ -93,6 +100,13 @@ def failure(
     hint = ""
     if "No module named" in text or "plpython3u" in text:
         hint = " (run gpcnn.check_environment(engine) / `gpcnn doctor`)"
+    elif getattr(error, "pgcode", None) == QUERY_CANCELED and "statement timeout" in text:
+        hint = f" ({STATEMENT_TIMEOUT})"
+    elif getattr(error, "pgcode", None) == DISK_FULL:
+        hint = (
+            " (the server's disk is full where that file lies: its tablespace's file system; "
+            "free space there, and what was stored before stays resumable)"
+        )
     return TrainingError(f"{what} failed in the database{where}: {why}{hint}", keys)
 
 

@@ -250,9 +250,11 @@ def _logs(row: dict) -> dict:
 
 
 def _record_failure(db: Database, run_id: int, error: BaseException) -> None:
-    """The run's status after an exception; the server may be gone, and that error wins."""
+    """The run's status after an exception: ``interrupted`` by Ctrl-C (or another exit), else
+    ``failed``; the server may be gone, and that error wins."""
+    status = "failed" if isinstance(error, Exception) else "interrupted"
     with contextlib.suppress(Exception):  # unreachable: the run stays "running", resumable
-        runs.set_status(db, run_id, "failed", f"{type(error).__name__}: {error}"[:2000])
+        runs.set_status(db, run_id, status, f"{type(error).__name__}: {error}"[:2000])
 
 
 def _resume_hint(run_id: int, history: list[dict]) -> str:

@@ -2,8 +2,9 @@
 
 An iteration's row is written in one transaction as the iteration ends, so an interrupted run can be
 resumed from its last stored iteration (``fit(table, resume=run_id)``). A run is ``running`` until it
-ends ``finished``, ``stopped_early`` (on purpose: never resumed by itself) or ``failed`` (with the
-error; resumable). ``find_unfinished`` matches runs on the parameters that change the result.
+ends ``finished``, ``stopped_early`` (on purpose: never resumed by itself), ``failed`` (with the
+error; resumable) or ``interrupted`` (Ctrl-C; resumable like a failed one). ``find_unfinished``
+matches runs on the parameters that change the result.
 """
 
 from __future__ import annotations

@@ -1,0 +1,215 @@
+"""Ctrl-C during a call (issue "Reliability", item 1): SIGINT sent to a child process while its fit,
+evaluate, predict(output_table=) or load_images runs in the database. Every server process working
+for it stops within 5 s, nothing it made is left (transfers, staging or half-written tables), the
+exception that reaches the user is the KeyboardInterrupt, nothing else is printed, and an
+interrupted run is stored as ``interrupted`` with its whole iterations and resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from tiny import dense_net
+
+from gpcnn.data.tables import load_images
+from gpcnn.estimator import GreenplumCNN
+from gpcnn.fit import runs
+
+DATA_SCHEMA = "gpcnn_interrupts_test"
+TABLE = f"{DATA_SCHEMA}.train"
+CHILD = Path(__file__).parent / "children" / "interrupted.py"
+STOPPED_WITHIN = 5.0  # seconds from SIGINT until no server process works for the child
+
+
+@pytest.fixture(scope="module")
+def table(engine):
+    """2 segments of 600 images: with batch_size=2, an iteration lasts about a second."""
+    rng = np.random.default_rng(5)
+    images = rng.integers(0, 255, (1200, 8, 8), dtype=np.uint8)
+    labels = rng.integers(0, 3, 1200)
+    load_images(engine, TABLE, images, labels, segments=2, replace=True, progress=False)
+    return TABLE
+
+
+@pytest.fixture(scope="module")
+def many_buffers(engine):
+    """20,000 images in buffers of 10: evaluating or predicting it lasts seconds."""
+    rng = np.random.default_rng(6)
+    images = rng.integers(0, 255, (20_000, 8, 8), dtype=np.uint8)
+    labels = rng.integers(0, 3, 20_000)
+    name = f"{DATA_SCHEMA}.many_buffers"
+    load_images(
+        engine, name, images, labels, segments=2, buffer_size=10, replace=True, progress=False
+    )
+    return name
+
+
+class Child:
+    """The child process and what it printed to stderr so far."""
+
+    def __init__(self, engine, table: str, stderr: Path) -> None:
+        url = engine.url.render_as_string(hide_password=False)
+        self.stderr_path = stderr
+        self.process = subprocess.Popen(
+            [sys.executable, str(CHILD), url, engine.schema, table],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr.open("w"),
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+        )
+        assert self.process.stdout.readline().strip() == "ready", self.stderr()
+
+    @property
+    def application_name(self) -> str:
+        return f"gpcnn/{self.process.pid}"
+
+    def send(self, **command) -> None:
+        self.process.stdin.write(json.dumps(command) + "\n")
+        self.process.stdin.flush()
+
+    def result(self) -> dict:
+        line = self.process.stdout.readline()
+        assert line, self.stderr()
+        return json.loads(line)
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(60)
+
+
+@pytest.fixture(scope="module")
+def child(engine, table, tmp_path_factory):
+    started = Child(engine, table, tmp_path_factory.mktemp("interrupts") / "stderr.txt")
+    yield started
+    started.close()
+
+
+def _active(engine, child: Child, like: str = "%") -> list[int]:
+    """The child's server processes running a statement (``like`` its text)."""
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.text(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = :name "
+                    "AND state = 'active' AND query LIKE :like"
+                ),
+                {"name": child.application_name, "like": like},
+            ).scalars()
+        )
+
+
+def _count(engine, sql: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(sql)).scalar()
+
+
+def _leftovers(engine) -> dict:
+    """What an interrupted call may leave: transfer rows and staging tables."""
+    return {
+        "transfers": _count(engine, f"SELECT count(*) FROM {engine.backend.qschema}.transfers"),
+        "staging": _count(
+            engine, "SELECT count(*) FROM pg_class WHERE relname LIKE '%\\_\\_gpcnn\\_staging%'"
+        ),
+    }
+
+
+def _interrupted(engine, child: Child, ready, warm: bool = False, timeout: float = 120) -> dict:
+    """SIGINT once ``ready()`` (after the child's sessions are ``warm``, if it warms them);
+    checks that the child's server processes stop within 5 s and that nothing reached stderr.
+    Returns the child's report."""
+    printed = len(child.stderr())
+    if warm:
+        assert child.process.stdout.readline().strip() == "warm", child.stderr()
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert child.process.poll() is None and time.monotonic() < deadline, child.stderr()
+        time.sleep(0.02)
+    child.process.send_signal(signal.SIGINT)
+    sent = time.monotonic()
+    while _active(engine, child):
+        assert time.monotonic() - sent < STOPPED_WITHIN, _active(engine, child)
+        time.sleep(0.05)
+    result = child.result()
+    assert result["raised"] == "KeyboardInterrupt", result
+    extra = child.stderr()[printed:]
+    assert "Traceback" not in extra and "Exception ignored" not in extra, extra
+    return result
+
+
+def _newest_run(engine) -> runs.StoredRun | None:
+    found = [r for r in runs.list_runs(engine) if r["table"] == TABLE]
+    return runs.load_run(engine, found[-1]["run_id"]) if found else None
+
+
+def test_ctrl_c_during_a_fit_stops_its_segments_and_the_interrupted_run_resumes(engine, child):
+    before = _leftovers(engine)
+    known = _newest_run(engine)
+    known_id = None if known is None else known.run_id
+
+    def training():
+        run = _newest_run(engine)
+        return (
+            run is not None
+            and run.run_id != known_id
+            and run.iterations
+            and _active(engine, child, "%.train(%")
+        )
+
+    child.send(call="fit", iterations=30)
+    result = _interrupted(engine, child, training)
+    assert _leftovers(engine) == before
+    run = runs.load_run(engine, result["run_id"])
+    assert run.status == "interrupted"
+    stored = [row["iteration"] for row in run.iterations]
+    assert stored == result["history"] == list(range(1, len(stored) + 1))
+    assert runs.list_runs(engine, [run.run_id])[0]["error"].startswith("KeyboardInterrupt")
+    same = GreenplumCNN(dense_net(), iterations=30, batch_size=2, seed=1, threads_per_segment=1)
+    assert runs.find_unfinished(engine, TABLE, same.stored_params()) == run.run_id
+
+    total = len(stored) + 1
+    child.send(call="fit", iterations=total, resume=run.run_id)
+    resumed = child.result()
+    assert resumed["raised"] is None, resumed
+    assert resumed["history"] == list(range(1, total + 1))
+    assert runs.load_run(engine, run.run_id).status == "finished"
+    runs.delete_runs(engine, [run.run_id])
+
+
+def test_ctrl_c_during_evaluate_stops_its_segments(engine, child, many_buffers):
+    before = _leftovers(engine)
+    child.send(call="evaluate", table=many_buffers)
+    _interrupted(engine, child, lambda: _active(engine, child, "%evaluate(%"), warm=True)
+    assert _leftovers(engine) == before
+
+
+def test_ctrl_c_during_a_prediction_into_a_table_leaves_no_table(engine, child, many_buffers):
+    before = _leftovers(engine)
+    output = f"{DATA_SCHEMA}.predicted"
+    child.send(call="predict", table=many_buffers, output=output)
+    _interrupted(engine, child, lambda: _active(engine, child, "INSERT INTO%"), warm=True)
+    assert _leftovers(engine) == before
+    assert _count(engine, "SELECT count(*) FROM pg_class WHERE relname = 'predicted'") == 0
+
+
+def test_ctrl_c_during_a_load_leaves_no_table_and_no_catalog_row(engine, child):
+    before = _leftovers(engine)
+    output = f"{DATA_SCHEMA}.loaded"
+    child.send(call="load", output=output, images=1_500_000)
+    _interrupted(engine, child, lambda: _active(engine, child, "COPY%"))
+    assert _leftovers(engine) == before
+    assert _count(engine, "SELECT count(*) FROM pg_class WHERE relname = 'loaded'") == 0
+    catalog = f"{engine.backend.qschema}.image_tables"
+    rows = f"SELECT count(*) FROM {catalog} WHERE table_name = 'loaded'"
+    assert _count(engine, rows) == 0
