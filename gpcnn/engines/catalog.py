@@ -45,15 +45,20 @@ def relation_exists(conn: sa.Connection, qualified_sql: str) -> bool:
     return conn.execute(sa.select(sa.func.to_regclass(qualified_sql))).scalar() is not None
 
 
-def reclaim(backend: Backend, names: Iterable[str] = migrations.CHUNKED) -> None:
+def reclaim(
+    backend: Backend, names: Iterable[str] = migrations.CHUNKED, give_back: bool = False
+) -> None:
     """VACUUM gpcnn's chunk tables (with their TOAST), each in a statement of its own outside any
-    transaction, so that the space of deleted checkpoints and transfers is reused, and returned to
-    the system where it ends a file, without waiting for autovacuum (off on Greenplum 7, and slow
-    to reach TOAST rows). Rows that a running statement may still see are kept for the next
-    call. A role that does not own the tables gets the server's warning, not an error."""
+    transaction, so that the space of deleted checkpoints and transfers is reused without waiting
+    for autovacuum (off on Greenplum 7, and slow to reach TOAST rows). Rows that a running
+    statement may still see are kept for the next call. ``give_back``: also return empty pages at
+    the end of a file to the system, which needs a moment's exclusive lock: VACUUM waits up to 5 s
+    for it while a training statement reads a checkpoint, so a fit's own calls do not. A role
+    that does not own the tables gets the server's warning, not an error."""
+    options = "" if give_back else " (TRUNCATE false)"
     with backend.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         for name in names:
-            conn.exec_driver_sql(f"VACUUM {migrations.qualified(backend, name)}")
+            conn.exec_driver_sql(f"VACUUM{options} {migrations.qualified(backend, name)}")
 
 
 @dataclass(frozen=True)

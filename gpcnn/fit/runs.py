@@ -133,5 +133,5 @@ def delete_runs(db: Database | str | None, run_ids) -> int:
         catalog = Catalog(conn, db.backend)
         catalog.ensure_tables()
         deleted = catalog.delete_runs([int(r) for r in run_ids])
-    reclaim(db.backend)
+    reclaim(db.backend, give_back=True)
     return deleted
