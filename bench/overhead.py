@@ -3,6 +3,7 @@
     .venv/bin/python bench/overhead.py [--sizes 0.1 1 10 25 100] [--segments 2 4] \
         [--big 250] [--repeats 5] [--chunk-bytes N] [--out bench/overhead.json]
     .venv/bin/python bench/overhead.py --memory 25 2      # one memory measurement (own process)
+    .venv/bin/python bench/overhead.py --storage 25 100   # disk use after 100 iterations at 25M
 
 Model: 8x8x1 input, Dense(H, relu), Dense(10): 75 H + 10 weights (float32). Table: one buffer of
 16 images per segment, batch 16: each segment trains ONE batch per iteration, so the iteration is
@@ -23,7 +24,9 @@ vector read and sent back in chunks; in "statement" dispatch the merge too), ``m
 client's chunk merge of the K results, "sessions" dispatch: done as they arrive, so mostly inside
 ``query``; this is the rest, after the streams ended), ``decode`` (result rows to vectors),
 ``store`` (the checkpoint COPY), ``row`` (the iteration row and its commit, then waiting for the
-previous iteration's retention delete, where the overlap did not hide it).
+previous iteration's retention delete and VACUUM, where the overlap did not hide it), ``reclaim``
+(that VACUUM of checkpoints and transfers, in the background: part of ``row`` only where it was
+not hidden).
 In-process, in this process, on the same model: ``set`` (weights into the model), ``get`` (the
 trained vector out of it), ``chunks`` (cutting it into chunk bytes, as ``state_chunks`` does).
 MB/s = model bytes (float32) / fixed cost, 1 MB = 10^6 bytes.
@@ -33,6 +36,11 @@ each segment backend minus its VmHWM after the environment probe, and of this cl
 VmHWM once the model is built, over one warm-up fit and one measured iteration, in multiples of
 the model's bytes. TF's own (``--tf-own SIZE``, another fresh process): the same model built,
 compiled and trained on two batches with plain Keras; the segment's peak beyond it is gpcnn's.
+
+Storage (``--storage SIZE ITERATIONS``): one fit of that many iterations (default retention:
+the last, the best and every 10th kept), then the bytes on disk of ``checkpoints`` and
+``transfers`` (``pg_total_relation_size``: TOAST, indexes, free space maps) against the bytes
+of their live rows, and the bytes on disk once ``runs delete`` has removed the run.
 """
 
 from __future__ import annotations
@@ -55,14 +63,15 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
+import sqlalchemy as sa
 
 import gpcnn
 from gpcnn.data.tables import load_images
-from gpcnn.engines import base, transport
+from gpcnn.engines import base, migrations, transport
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.fit import runs
+from gpcnn.fit import runs, training
 from gpcnn.fit.training import Training
 from gpcnn.kernel import segment, wire
 
@@ -98,6 +107,7 @@ for owner, name, part in (
     (base, "merged_result", "decode"),
     (Catalog, "store_checkpoint", "store"),
     (Training, "_store", "row"),  # the row, the commit, the wait for the last retention delete
+    (training, "reclaim", "reclaim"),  # in the background, after the retention delete
 ):
     _timed(owner, name, part)
 
@@ -268,6 +278,47 @@ def memory(million: float, k: int, connection: dict) -> dict:
     }
 
 
+def _disk_and_live(db) -> tuple[int, int]:
+    """(bytes on disk, bytes of live rows) of checkpoints and transfers."""
+    disk = live = 0
+    with db.connect() as conn:
+        for name in migrations.CHUNKED:
+            table = migrations.qualified(db.backend, name)
+            disk += conn.execute(sa.select(sa.func.pg_total_relation_size(table))).scalar()
+            live += conn.exec_driver_sql(
+                f"SELECT coalesce(sum(octet_length(data)), 0) FROM {table}"
+            ).scalar()
+    return disk, live
+
+
+def storage(million: float, iterations: int, connection: dict) -> dict:
+    """Disk use of the chunk tables after one fit of ``iterations``, and after its delete."""
+    db = gpcnn.connect(**connection)
+    gpcnn.install(db)
+    table = table_for(db, 2)
+    start_disk, _ = _disk_and_live(db)
+    est = estimator(db, dense_model(million), iterations=iterations)
+    TIMED.clear()
+    started = time.perf_counter()
+    with est:
+        est.fit(table)
+    seconds = time.perf_counter() - started
+    disk, live = _disk_and_live(db)
+    runs.delete_runs(db, [est.run_id_])
+    deleted_disk, _ = _disk_and_live(db)
+    return {
+        "million": million,
+        "iterations": iterations,
+        "fit_seconds": seconds,
+        "reclaim_seconds_median": statistics.median(TIMED["reclaim"] or [0]),
+        "disk_before": start_disk,
+        "disk": disk,
+        "live": live,
+        "disk_x_live": disk / max(live, 1),
+        "disk_after_delete": deleted_disk,
+    }
+
+
 def tf_own(million: float) -> dict:
     """TensorFlow's own peak for the model, in this fresh process: VmHWM after building,
     compiling and training two batches with Keras (variables, gradients, the traced step) minus
@@ -284,7 +335,7 @@ def tf_own(million: float) -> dict:
     return {"million": million, "tf_own_x": (_hwm(os.getpid()) - baseline) / model_bytes}
 
 
-PARTS = ("send", "query", "decode", "merge", "store", "row")
+PARTS = ("send", "query", "decode", "merge", "store", "row", "reclaim")
 
 
 def markdown(report: dict) -> str:
@@ -363,6 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dispatch", choices=["sessions", "statement"], default=None)
     parser.add_argument("--chunk-bytes", type=int, default=None, help="default: gpcnn's")
     parser.add_argument("--memory", nargs=2, metavar=("MILLION", "K"))
+    parser.add_argument("--storage", nargs=2, metavar=("MILLION", "ITERATIONS"))
     parser.add_argument("--memory-runs", nargs="*", default=[], metavar="MILLION:K")
     parser.add_argument("--tf-own", type=float, metavar="MILLION", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -382,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.memory:
         print(json.dumps(memory(float(args.memory[0]), int(args.memory[1]), connection)))
+        return 0
+    if args.storage:
+        print(json.dumps(storage(float(args.storage[0]), int(args.storage[1]), connection)))
         return 0
     if args.tf_own:
         print(json.dumps(tf_own(args.tf_own)))

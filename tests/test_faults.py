@@ -4,6 +4,7 @@ resumes. Runs in both dispatch modes (see conftest)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -179,31 +180,41 @@ def test_greenplum_errors_name_the_segment_and_its_host():
     )
 
 
+@contextlib.contextmanager
+def refused(engine, event: str, condition: str, message: str):
+    """A trigger that makes the server refuse ``event`` on checkpoints (rows matching
+    ``condition``) with ``message``, while the block runs."""
+    checkpoints = f"{engine.backend.qschema}.checkpoints"
+    refuse = f"{engine.backend.qschema}.refuse_checkpoints"
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                f"CREATE FUNCTION {refuse}() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$BEGIN RAISE EXCEPTION '%', TG_ARGV[0]; END$$"
+            )
+        )
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER refuse_checkpoints BEFORE {event} ON {checkpoints} "
+            f"FOR EACH ROW {condition} EXECUTE FUNCTION {refuse}('{message}')"
+        )
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TRIGGER refuse_checkpoints ON {checkpoints}")
+            conn.exec_driver_sql(f"DROP FUNCTION {refuse}()")
+
+
 def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(engine, table):
     """The retention rule's delete runs in the background while the next iteration trains: the
     server refusing it (a trigger here) fails the fit with the server's message before another
     iteration is stored, and the run resumes once the delete is allowed again."""
-    checkpoints = f"{engine.backend.qschema}.checkpoints"
-    refuse = f"{engine.backend.qschema}.refuse_checkpoint_delete"
-    with engine.begin() as conn:
-        conn.exec_driver_sql(
-            f"CREATE FUNCTION {refuse}() RETURNS trigger LANGUAGE plpgsql AS "
-            "$$BEGIN RAISE EXCEPTION 'the test refuses checkpoint deletes'; END$$"
-        )
-        conn.exec_driver_sql(
-            f"CREATE TRIGGER refuse_checkpoint_delete BEFORE DELETE ON {checkpoints} "
-            f"FOR EACH ROW EXECUTE FUNCTION {refuse}()"
-        )
     model = dense_net()
     est = estimator(engine, model, iterations=3, batch_size=100)
-    try:
-        # Iteration 1's checkpoint is the first to go, after iteration 2; iteration 3 waits.
-        with pytest.raises(TrainingError) as raised:
-            est.fit(TABLE)
-    finally:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP TRIGGER refuse_checkpoint_delete ON {checkpoints}")
-            conn.exec_driver_sql(f"DROP FUNCTION {refuse}()")
+    refusal = refused(engine, "DELETE", "", "the test refuses checkpoint deletes")
+    # Iteration 1's checkpoint is the first to go, after iteration 2; iteration 3 waits.
+    with refusal, pytest.raises(TrainingError) as raised:
+        est.fit(TABLE)
     message = str(raised.value)
     assert "the retention rule failed in the database: the test refuses checkpoint deletes" in (
         message
@@ -219,4 +230,27 @@ def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(engine, ta
     assert shown["stored"]["weights"]["iterations"] == sorted(
         training.DEFAULT_RETENTION.keep(resumed.history_)
     )
+    runs.delete_runs(engine, [est.run_id_])
+
+
+def test_a_refused_background_checkpoint_fails_the_fit_before_its_row_counts(engine, table):
+    """A rule that sends its start anyway (BMUF with Nesterov momentum) stores each checkpoint
+    with its row in the background, while the next iteration trains: the server refusing
+    iteration 2's checkpoint fails the fit with the server's message, neither that row nor a
+    later one is stored, and the run resumes from iteration 1 once the write is allowed."""
+    model = dense_net()
+    est = estimator(engine, model, iterations=3, batch_size=100, merge="bmuf")
+    refusal = refused(engine, "INSERT", "WHEN (NEW.iteration = 2)", "the test refuses checkpoint 2")
+    with refusal, pytest.raises(TrainingError) as raised:
+        est.fit(TABLE)
+    assert "storing iteration 2 failed in the database: the test refuses checkpoint 2" in str(
+        raised.value
+    )
+    assert [r["iteration"] for r in _stored_iterations(engine, est.run_id_)] == [1]
+    assert runs.load_run(engine, est.run_id_).status == "failed"
+
+    again = estimator(engine, model, iterations=3, batch_size=100, merge="bmuf")
+    resumed = again.fit(TABLE, resume=est.run_id_)
+    assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
+    assert [r["iteration"] for r in _stored_iterations(engine, est.run_id_)] == [1, 2, 3]
     runs.delete_runs(engine, [est.run_id_])

@@ -186,3 +186,12 @@ def test_greenplum_catalog_queries():
     assert gp.probe_sql() == (
         "SELECT gp_segment_id, gpcnn.probe(:threads) FROM gp_dist_random('gp_id') ORDER BY 1"
     )
+
+
+def test_transfers_name_their_owner_and_age_on_every_engine():
+    for backend in (GreenplumBackend(OFFLINE, "gpcnn"), PostgresBackend(OFFLINE, "gpcnn")):
+        ddl = migrations.create_ddl(backend)
+        transfers = next(s for s in ddl if s.startswith("CREATE UNLOGGED TABLE gpcnn.transfers"))
+        assert "owner TEXT DEFAULT '' NOT NULL" in transfers
+        assert "created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL" in transfers
+    assert migrations.SHAPE_VERSION == len(migrations.MIGRATIONS) + 1 == 6

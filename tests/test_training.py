@@ -216,10 +216,10 @@ def test_a_checkpoint_stored_before_a_failure_is_replaced_on_resume(
         whole.fit(tables[2])
     store = Training._store
 
-    def fail_at_2(self, row):
+    def fail_at_2(self, row, *rest):
         if row["iteration"] == 2:
             raise RuntimeError("stopped before the row")
-        store(self, row)
+        store(self, row, *rest)
 
     monkeypatch.setattr(Training, "_store", fail_at_2)
     broken = estimator(engine, schema, model, iterations=3, **validation)

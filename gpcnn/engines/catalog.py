@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from gpcnn.engines import migrations
 from gpcnn.engines.base import Backend
 from gpcnn.engines.migrations import RUN_PARTS, SEGMENT_PARTS, result_key, tables
-from gpcnn.engines.transport import EVERY_KEY, assemble, write_chunks
+from gpcnn.engines.transport import EVERY_KEY, assemble, sweep_transfers, write_chunks
 
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed", "interrupted")
 # a run that stopped on purpose is never continued by itself
@@ -44,6 +44,22 @@ def relation_exists(conn: sa.Connection, qualified_sql: str) -> bool:
     """Whether a table (given as quoted SQL text) exists: any table, not only gpcnn's, so no
     ``Catalog`` is needed."""
     return conn.execute(sa.select(sa.func.to_regclass(qualified_sql))).scalar() is not None
+
+
+def reclaim(
+    backend: Backend, names: Iterable[str] = migrations.CHUNKED, give_back: bool = False
+) -> None:
+    """VACUUM gpcnn's chunk tables (with their TOAST), each in a statement of its own outside any
+    transaction, so that the space of deleted checkpoints and transfers is reused without waiting
+    for autovacuum (off on Greenplum 7, and slow to reach TOAST rows). Rows that a running
+    statement may still see are kept for the next call. ``give_back``: also return empty pages at
+    the end of a file to the system, which needs a moment's exclusive lock: VACUUM waits up to 5 s
+    for it while a training statement reads a checkpoint, so a fit's own calls do not. A role
+    that does not own the tables gets the server's warning, not an error."""
+    options = "" if give_back else " (TRUNCATE false)"
+    with backend.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        for name in names:
+            conn.exec_driver_sql(f"VACUUM{options} {migrations.qualified(backend, name)}")
 
 
 @dataclass(frozen=True)
@@ -112,8 +128,10 @@ class Catalog:
         return tables(self.backend.schema)
 
     def ensure_tables(self) -> None:
-        """Create the tables, or migrate an older shape, inside the caller's transaction."""
+        """Create the tables, or migrate an older shape, inside the caller's transaction; and
+        sweep the transfers of clients that died (every fit and install starts here)."""
         migrations.ensure_tables(self.conn, self.backend)
+        sweep_transfers(self.conn, self.backend.schema)
 
     def shape(self) -> int:
         """The shape version found in the schema (0: no tables yet)."""

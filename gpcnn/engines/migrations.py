@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from gpcnn.engines.base import Backend, text_safe
 from gpcnn.engines.transport import EVERY_KEY
 
-SHAPE_VERSION = 5
+SHAPE_VERSION = 6
 
 
 class ShapeError(RuntimeError):
@@ -128,6 +128,10 @@ def tables(schema: str) -> Tables:
         sa.Column("__dist_key__", sa.Integer, primary_key=True),
         sa.Column("chunk", sa.Integer, primary_key=True),
         sa.Column("data", sa.LargeBinary, nullable=False),
+        # who wrote it (the writer's application_name, ``gpcnn/<client pid>``) and when: a
+        # transfer whose owner has no backend left is a dead client's (``sweep_transfers``)
+        sa.Column("owner", sa.Text, nullable=False, server_default=""),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
         prefixes=["UNLOGGED"],  # rewritten every statement; nothing to recover after a crash
     )
     return Tables(version, image_tables, runs, run_iterations, checkpoints, transfers)
@@ -311,8 +315,26 @@ def _migrate_4_to_5(conn: sa.Connection, backend: Backend) -> None:
         conn.exec_driver_sql(f"DROP TABLE {qualified(backend, old_segments)}")
 
 
+def _migrate_5_to_6(conn: sa.Connection, backend: Backend) -> None:
+    """Transfers record their owner and age, so that a dead client's are swept; rows written
+    before have no owner ('') and are swept by age (``transport.sweep_transfers``)."""
+    _create_missing(conn, backend)
+    if "owner" not in _columns(conn, backend, "transfers"):
+        conn.exec_driver_sql(
+            f"ALTER TABLE {qualified(backend, 'transfers')} "
+            "ADD COLUMN owner text NOT NULL DEFAULT '', "
+            "ADD COLUMN created_at timestamptz NOT NULL DEFAULT now()"
+        )
+
+
 # MIGRATIONS[i] takes shape i + 1 to shape i + 2.
-MIGRATIONS = (_migrate_1_to_2, _migrate_2_to_3, _migrate_3_to_4, _migrate_4_to_5)
+MIGRATIONS = (
+    _migrate_1_to_2,
+    _migrate_2_to_3,
+    _migrate_3_to_4,
+    _migrate_4_to_5,
+    _migrate_5_to_6,
+)
 
 
 def _columns(conn: sa.Connection, backend: Backend, table: str) -> set[str]:

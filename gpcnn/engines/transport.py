@@ -4,9 +4,10 @@ never as statement text (psycopg2 fills bound parameters in on the client, as li
 A vector travels in chunks (pieces of ``chunk_values`` float32 values), one row each. Here: the
 binary COPY streams both ways (``CopyStream``, ``chunk_rows``, ``BinaryRows``) and the one helper
 that runs a COPY (``copy``); the transfers a statement joins (``write_transfer``, ``sent``,
-``delete_transfer``); the result streams of an iteration (``merged_result``, ``per_key_result``)
-with the client's average of K streams as they arrive (``StreamingAverage``); and the one
-reassembly of a vector from its chunks (``assemble``).
+``delete_transfer``, and ``sweep_transfers`` for those a killed client left); the result
+streams of an iteration (``merged_result``, ``per_key_result``) with the client's average of K
+streams as they arrive (``StreamingAverage``); and the one reassembly of a vector from its chunks
+(``assemble``).
 """
 
 from __future__ import annotations
@@ -236,21 +237,54 @@ def write_chunks(
 # -- transfers: the vectors one statement sends -----------------------------------------------------
 
 EVERY_KEY = -1  # the transfer row of a start shared by every segment
-TRANSFER_PREFIX = (("transfer_id", "bigint"), ("__dist_key__", "integer"))
+TRANSFER_PREFIX = (("transfer_id", "bigint"), ("__dist_key__", "integer"), ("owner", "text"))
+# Transfers of shape 5 have no owner: swept once this old (no statement runs for a day).
+UNOWNED_TRANSFER_AGE = "1 day"
 
 
 def write_transfer(backend: ChunkTables, vectors: Mapping[int, np.ndarray]) -> int:
     """Write the vectors of one statement (key -> float32 vector; ``EVERY_KEY`` for a start
-    shared by all) in chunks, committed, and return their ``transfer_id``."""
+    shared by all) in chunks, committed, and return their ``transfer_id``. The rows name their
+    owner, the writing connection's application_name (``gpcnn/<client pid>``), for
+    ``sweep_transfers``."""
     transfer = secrets.randbits(62)
-    rows = [((transfer, key), vector) for key, vector in vectors.items()]
     with backend.engine.begin() as conn:
+        owner = conn.execute(sa.select(sa.func.current_setting("application_name"))).scalar()
+        rows = [((transfer, key, owner), vector) for key, vector in vectors.items()]
         write_chunks(conn, backend, f"{backend.qschema}.transfers", TRANSFER_PREFIX, rows)
     return transfer
 
 
+def _transfers(schema: str) -> sa.TableClause:
+    return sa.table(
+        "transfers",
+        sa.column("transfer_id"),
+        sa.column("owner"),
+        sa.column("created_at"),
+        schema=schema,
+    )
+
+
+def sweep_transfers(conn: sa.Connection, schema: str) -> int:
+    """Delete the transfers of clients that are gone (killed before their ``finally`` ran), in
+    the caller's transaction; the rows deleted. A transfer's owner is alive while any backend
+    carries its application_name: every gpcnn client holds connections (its pool, its segment
+    sessions) for as long as it uses one. Ownerless rows (shape 5) go once a day old."""
+    activity = sa.table("pg_stat_activity", sa.column("application_name"), schema="pg_catalog")
+    alive = conn.execute(
+        sa.select(activity.c.application_name).distinct().where(activity.c.application_name != "")
+    ).scalars()
+    t = _transfers(schema)
+    owned = sa.and_(t.c.owner != "", t.c.owner.not_in(list(alive)))
+    old = sa.and_(
+        t.c.owner == "",
+        t.c.created_at < sa.func.now() - sa.cast(UNOWNED_TRANSFER_AGE, sa.Interval),
+    )
+    return conn.execute(sa.delete(t).where(sa.or_(owned, old))).rowcount
+
+
 def delete_transfer(backend: ChunkTables, transfer: int) -> None:
-    transfers = sa.table("transfers", sa.column("transfer_id"), schema=backend.schema)
+    transfers = _transfers(backend.schema)
     with backend.engine.begin() as conn:
         conn.execute(sa.delete(transfers).where(transfers.c.transfer_id == transfer))
 

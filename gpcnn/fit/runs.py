@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpcnn.engines import Database, connect
-from gpcnn.engines.catalog import Catalog, SegmentStart
+from gpcnn.engines.catalog import Catalog, SegmentStart, reclaim
 from gpcnn.fit import rules
 
 
@@ -130,9 +130,12 @@ def show_run(db: Database | str | None, run_id: int) -> dict:
 
 
 def delete_runs(db: Database | str | None, run_ids) -> int:
-    """Delete runs with their iterations and checkpoints, in one transaction."""
+    """Delete runs with their iterations and checkpoints, in one transaction, and reclaim the
+    space of their checkpoints at once (``catalog.reclaim``)."""
     db = connect(db)
     with db.begin() as conn:
         catalog = Catalog(conn, db.backend)
         catalog.ensure_tables()
-        return catalog.delete_runs([int(r) for r in run_ids])
+        deleted = catalog.delete_runs([int(r) for r in run_ids])
+    reclaim(db.backend, give_back=True)
+    return deleted

@@ -5,9 +5,11 @@ sent through ``transfers`` (or read from the checkpoint just stored, when that i
 joined by key in the query; the ``train`` aggregate runs on every
 segment over this iteration's slice of its buffers; the result is either the image-weighted
 average (merged chunk by chunk) or each segment's model; the rule makes the next model, stored
-as a chunked checkpoint that the validation then reads; the row and what a resume needs follow
-in one transaction, and the retention rule's delete of older checkpoints runs in the background
-while the next iteration trains.
+as a chunked checkpoint. When the next start is that model, the checkpoint is stored at once and
+the validation and the next iteration read it; else it is stored in the background, with the
+iteration's row and what a resume needs in one transaction, while the next iteration trains.
+The retention rule's delete of older checkpoints, with the VACUUM that reuses their space, runs
+in the background too.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 from gpcnn.data.tables import ImageTable, buffer_counts
 from gpcnn.engines import Database
 from gpcnn.engines.base import StoredStart
-from gpcnn.engines.catalog import Catalog
+from gpcnn.engines.catalog import Catalog, reclaim
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.transport import EVERY_KEY
 from gpcnn.fit import rules
@@ -183,9 +185,13 @@ class Training:
         self.segment_optimizers: dict[int, np.ndarray | None] = {k: None for k in info.keys}
         # The checkpoint just stored, when it is exactly the next start (see ``_store``).
         self.stored_start: StoredStart | None = None
-        # The retention rule's delete, one at a time, overlapping the next iteration.
+        # What follows an iteration in the background, one at a time, overlapping the next:
+        # the retention rule's delete, and before it, where nothing reads it sooner, the
+        # checkpoint with its row (``_store``).
         self._pruner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpcnn-retention")
         self._pruning: Future | None = None
+        self._reading_model = False  # the pending job still reads the model's vector
+        self._dead = 0  # vectors' worth of rows deleted since the last VACUUM (an upper bound)
 
     # -- start / resume ---------------------------------------------------------------------
 
@@ -270,7 +276,7 @@ class Training:
             self.info.keys,
             starts,
             merged_in_db,
-            self.rule.average_buffer() if merged_in_db else None,
+            self.rule.average_buffer() if merged_in_db and self._model_unread() else None,
         )
         db_seconds = time.perf_counter() - started
         metrics, average, segments, controls = self._decode(result, merged_in_db)
@@ -290,7 +296,10 @@ class Training:
         else:
             self.rule.update(average, segments, counts)
         model = self.rule.model()
-        stored = self._store_checkpoint(iteration, model)
+        vectors = self._checkpoint_vectors(model)
+        # Stored now when the next start or the validation reads it; else with its row, later.
+        overlapped = self._next_start_if_stored(iteration) is None
+        stored = None if overlapped else self._store_checkpoint(iteration, vectors)
         row = {
             "iteration": iteration,
             "epoch": epoch,
@@ -300,7 +309,7 @@ class Training:
             "db_seconds": db_seconds,
         }
         row["seconds"] = time.perf_counter() - started
-        self._store(row)
+        self._store(row, vectors if overlapped else None)
         return row
 
     def _decode(self, result, merged_in_db: bool):
@@ -336,7 +345,7 @@ class Training:
         return metrics, average, segments, controls
 
     def _validation(
-        self, model: np.ndarray, stored: StoredStart, segments: dict | None, iteration: int
+        self, model: np.ndarray, stored: StoredStart | None, segments: dict | None, iteration: int
     ) -> dict:
         values = self.validation.evaluate(self.sessions, model, stored, iteration)
         if values is None:
@@ -357,54 +366,93 @@ class Training:
                 row[f"val_{name}"] = float(np.mean([v[name] for v in per_key.values()]))
         return row
 
-    def _store_checkpoint(self, iteration: int, model: np.ndarray) -> StoredStart:
-        """The iteration's checkpoint (model, rule and optimizer state), committed before the
-        validation, which reads the model from it instead of from a transfer of its own. Until
-        its row follows (``_store``), no resume sees it, and a resume's rerun replaces it."""
-        vectors = {
+    def _checkpoint_vectors(self, model: np.ndarray) -> dict[str, np.ndarray | None]:
+        """The iteration's checkpoint: model, rule and optimizer state (``RUN_PARTS``)."""
+        return {
             "weights": model,
             "rule_state": self.rule.state(),
             "optimizer": self.shared_optimizer,
         }
+
+    def _store_checkpoint(self, iteration: int, vectors: dict) -> StoredStart:
+        """The iteration's checkpoint, committed before the validation and the next start,
+        which read the model from it instead of from a transfer of their own. Until its row
+        follows (``_store``), no resume sees it, and a resume's rerun replaces it."""
         with self.db.begin() as conn:
             Catalog(conn, self.backend).store_checkpoint(self.run_id, iteration, vectors)
         return StoredStart(self.run_id, iteration, self.weight_count)
 
-    def _store(self, row: dict) -> None:
-        """The iteration's row and each segment's next start, in one transaction; then the
-        retention rule's delete of older checkpoints, in the background. Deleting a 100 MB
-        checkpoint's TOAST rows took 0.13-0.34 s in line (bench/results/retention-overlap-ab.txt),
-        which the next iteration's query hides; the row is committed first, so a resume never
-        lacks the checkpoint it needs, and a delete that never ran leaves only checkpoints that the
-        next one removes."""
+    def _store(self, row: dict, vectors: dict | None) -> None:
+        """The iteration's row and each segment's next start, in one transaction, after its
+        checkpoint; then the retention rule's delete of older checkpoints. All of it in the
+        background, overlapping the next iteration, when the checkpoint (``vectors``) is not
+        stored yet: a rule that sends its start anyway gains the checkpoint's COPY (the row
+        then commits with its checkpoint, in one transaction). Else only the delete: deleting a
+        100 MB checkpoint's TOAST rows took 0.13-0.34 s in line
+        (bench/results/retention-overlap-ab.txt). Either way a resume never lacks the checkpoint
+        it needs, a background error stops the fit before another row is stored, and a delete
+        that never ran leaves only checkpoints that the next one removes."""
         self.wait()  # the previous iteration's: its error stops the fit before this row is stored
         self.rows.append(row)
-        with self.db.begin() as conn:
-            catalog = Catalog(conn, self.backend)
-            catalog.insert_iteration(self.run_id, row)
-            if self.per_segment:
-                catalog.replace_segment_starts(
-                    self.run_id, row["iteration"], self._segment_starts()
-                )
-        self.stored_start = self._next_start_if_stored(row["iteration"])
-        keep = self.retention.keep(self.rows)
+        iteration = row["iteration"]
+        starts = self._segment_starts() if self.per_segment else None
+        keep = sorted(self.retention.keep(self.rows))
+        if vectors is None:
+            self._commit(row, None, starts)
+        self.stored_start = self._next_start_if_stored(iteration)
+        self._reading_model = vectors is not None
         self._pruning = self._pruner.submit(
-            database_call, "the retention rule", self._prune, sorted(keep), row["iteration"]
+            self._after_iteration, row, vectors, starts, keep, iteration
         )
 
+    def _after_iteration(self, row, vectors, starts, keep: list[int], iteration: int) -> None:
+        if vectors is not None:
+            database_call(f"storing iteration {iteration}", self._commit, row, vectors, starts)
+        database_call("the retention rule", self._prune, keep, iteration)
+
+    def _commit(self, row: dict, vectors: dict | None, starts) -> None:
+        """The row (with the checkpoint, when given, and each segment's next start), in one
+        transaction: from its commit on, a resume continues from this iteration."""
+        with self.db.begin() as conn:
+            catalog = Catalog(conn, self.backend)
+            if vectors is not None:
+                catalog.store_checkpoint(self.run_id, row["iteration"], vectors)
+            catalog.insert_iteration(self.run_id, row)
+            if starts is not None:
+                catalog.replace_segment_starts(self.run_id, row["iteration"], starts)
+
+    def _model_unread(self) -> bool:
+        """Whether the model's vector may be overwritten (the next average written into it):
+        no background job still reads it."""
+        pending = self._pruning
+        return pending is None or not self._reading_model or pending.done()
+
     def _prune(self, keep: list[int], up_to: int) -> None:
+        """Delete what retention discards; once the rows deleted since the last VACUUM (a pruned
+        checkpoint and a transfer per iteration, each key's start and its transfer for
+        per-segment rules) are as many vectors as the live ones, reclaim their space: dead rows
+        would otherwise grow without bound where autovacuum is off or lags, and a VACUUM per
+        iteration would cost more than it needs to (1-1.4 s at 25M weights, scanning the whole
+        new checkpoint). So the tables stay within about twice their live bytes, plus the rows a
+        running statement still sees."""
         with self.db.begin() as conn:
             Catalog(conn, self.backend).prune_checkpoints(self.run_id, keep, up_to)
+        keys = len(self.info.keys)
+        self._dead += 2 * keys + 1 if self.per_segment else 2
+        if self._dead >= len(keep) + (keys if self.per_segment else 0):
+            reclaim(self.backend)
+            self._dead = 0
 
     def wait(self) -> None:
-        """Wait for the retention rule's delete still running; its error, if any, is raised here."""
+        """Wait for the background job still running (a checkpoint and its row, the retention
+        rule's delete); its error, if any, is raised here."""
         pending, self._pruning = self._pruning, None
         if pending is not None:
             pending.result()
 
     def close(self) -> None:
-        """Let a delete still running finish, whatever ended the fit (its error is not raised:
-        another one is on its way, or ``wait`` has raised it already)."""
+        """Let a background job still running finish, whatever ended the fit (its error is not
+        raised: another one is on its way, or ``wait`` has raised it already)."""
         self._pruner.shutdown(wait=True)
 
     def _next_start_if_stored(self, iteration: int) -> StoredStart | None:
