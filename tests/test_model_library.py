@@ -47,7 +47,9 @@ def test_a_stored_model_loads_back_with_its_architecture_and_weights(engine, sto
     stored("lib-tiny", model, description="conv then dense")
     loaded = gpcnn.load_model(engine, "lib-tiny")
     assert loaded.to_json() == model.to_json()
-    np.testing.assert_array_equal(wire.flatten(loaded.get_weights()), wire.flatten(model.get_weights()))
+    np.testing.assert_array_equal(
+        wire.flatten(loaded.get_weights()), wire.flatten(model.get_weights())
+    )
     (row,) = [m for m in gpcnn.list_models(engine) if m["name"] == "lib-tiny"]
     assert row["weights"] and row["description"] == "conv then dense"
     assert row["stored_bytes"] == 4 * model.count_params()

@@ -78,9 +78,7 @@ class Library:
         )
         if weights is not None:
             table_sql = migrations.qualified(self.backend, "model_weights")
-            write_chunks(
-                self.conn, self.backend, table_sql, WEIGHTS_PREFIX, [((name,), weights)]
-            )
+            write_chunks(self.conn, self.backend, table_sql, WEIGHTS_PREFIX, [((name,), weights)])
 
     def exists(self, name: str) -> bool:
         m = self._tables.models

@@ -60,7 +60,8 @@ DISTRIBUTION = {
     "models": ("name",),
     "model_weights": ("name",),
 }
-CHUNKED = ("checkpoints", "transfers", "model_weights")  # their data column: out of line, uncompressed
+# their data column: out of line, uncompressed
+CHUNKED = ("checkpoints", "transfers", "model_weights")
 RUN_PARTS = ("weights", "rule_state", "optimizer")  # a checkpoint's vectors (key -1)
 SEGMENT_PARTS = ("segment_weights", "segment_optimizer")  # each key's next start
 
