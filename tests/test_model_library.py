@@ -129,3 +129,23 @@ def test_predict_without_fit_writes_the_estimators_tables_and_matches_local_kera
         assert conn.execute(sa.text(f"SELECT count(*) FROM {out}")).scalar() == 2 * len(ids)
     with pytest.raises(ValueError, match="writes a table: pass output_table"):
         gpcnn.predict(engine, model, table, pred_type="topk", top_k=2)
+
+
+def test_the_command_line_lists_shows_and_deletes_stored_models(engine, capsys):
+    from gpcnn.tools import cli
+
+    model = dense_net()
+    model.layers[-1].trainable = False
+    gpcnn.store_model(engine, "lib-cli", model, description="for the CLI", replace=True)
+    base = ["--database", engine.url.render_as_string(hide_password=False), "--schema",
+            engine.schema]  # fmt: skip
+    assert cli.main(["models", "list", *base]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("lib-cli ")]
+    assert "weights 0.0 MB" in line and line.endswith("for the CLI")
+    assert cli.main(["models", "show", "lib-cli", *base]) == 0
+    shown = capsys.readouterr().out
+    assert f"{model.count_params():,} weights" in shown and "Dense  (frozen)" in shown
+    assert cli.main(["models", "delete", "lib-cli", *base]) == 0
+    assert "deleted model lib-cli" in capsys.readouterr().out
+    assert cli.main(["models", "delete", "lib-cli", *base]) == 1
+    assert "no model 'lib-cli' to delete" in capsys.readouterr().err
