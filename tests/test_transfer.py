@@ -9,9 +9,10 @@ import pytest
 from tiny import learnable_images
 
 import gpcnn
-from gpcnn.data.tables import load_images
+from gpcnn.data.tables import load_images, read_images
 from gpcnn.estimator import OPTIMIZER_STATES, GreenplumCNN
 from gpcnn.fit import rules
+from gpcnn.fit.validation import model_input
 from gpcnn.kernel import segment
 
 keras = segment.keras_module()
@@ -83,6 +84,26 @@ def test_a_frozen_batch_norm_keeps_its_statistics_and_runs_in_inference_mode(eng
     est = fit(engine, table, model, merge=merge)
     assert_same(weights_of(est.model_, "norm"), weights_of(model, "norm"))
     assert_same(weights_of(est.model_, "base"), weights_of(model, "base"))
+    assert_moved(weights_of(est.model_, "head"), weights_of(model, "head"))
+
+
+def test_one_segment_with_a_frozen_batch_norm_equals_plain_keras_in_inference_mode(engine):
+    """Keras trains a frozen BatchNorm in inference mode (its moving statistics normalise, not
+    the batch's): one segment trains what plain Keras trains, batch for batch."""
+    x, y = learnable_images(64, seed=6)
+    name = f"{DATA}.one_segment"
+    load_images(engine, name, x, y, segments=1, buffer_size=16, replace=True, progress=False)
+    model = frozen(base(batch_norm=True), "base", "norm")
+    est = fit(engine, name, model, optimizer="sgd", learning_rate=0.1, iterations=1)
+    plain = keras.models.model_from_json(model.to_json())
+    plain.set_weights(model.get_weights())
+    plain.compile(optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy")
+    images, labels = read_images(engine, name)
+    inputs = model_input(images)
+    for start in range(0, len(inputs), 8):
+        plain.train_on_batch(inputs[start : start + 8], labels[start : start + 8])
+    for got, want in zip(est.model_.get_weights(), plain.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6, rtol=0)
     assert_moved(weights_of(est.model_, "head"), weights_of(model, "head"))
 
 
