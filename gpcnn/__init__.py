@@ -13,6 +13,8 @@ from gpcnn.data.tables import describe as describe_table
 from gpcnn.engines import Database, connect, release_sessions
 from gpcnn.engines.install import install, uninstall
 from gpcnn.estimator import GreenplumCNN, TrainingError
+from gpcnn.fit.direct_prediction import predict
+from gpcnn.fit.model_library import delete_model, list_models, load_model, store_model
 from gpcnn.fit.runs import delete_runs, list_runs, show_run
 from gpcnn.tools import embedded as _embedded  # noqa: F401  (connect()'s default server)
 from gpcnn.tools.environment import check_environment
@@ -27,16 +29,21 @@ __all__ = [
     "__version__",
     "check_environment",
     "connect",
+    "delete_model",
     "delete_runs",
     "describe_table",
     "drop_table",
     "install",
+    "list_models",
     "list_runs",
     "list_tables",
     "load_images",
+    "load_model",
     "pack_table",
+    "predict",
     "read_images",
     "release_sessions",
     "show_run",
+    "store_model",
     "uninstall",
 ]

@@ -103,7 +103,7 @@ def test_figures_plot_the_csv_series(study):
         by_run.setdefault(row["run"], []).append(row)
     fig = figures["mnist-sample_merge_vs_nomerge_k2"]
     for ax, (metric, _) in zip(fig.axes, plots.PANELS, strict=True):
-        lines = {line.get_label(): line for line in ax.get_lines()}
+        lines = {line.get_gid(): line for line in ax.get_lines()}
         assert set(lines) == set(by_run)
         for run, line in lines.items():
             history = sorted(by_run[run], key=lambda r: r["iteration"])
@@ -175,7 +175,7 @@ def test_merge_frequency_figure_pairs_each_rule_by_colour_and_line_style():
         for r in history(merge, k, m)
     ]
     figure = plots.figures(rows, experiments.RULES)["d_merges_per_epoch_epochs"]
-    lines = {line.get_label(): line for line in figure.axes[0].get_lines()}
+    lines = {line.get_gid(): line for line in figure.axes[0].get_lines()}
     assert sorted(lines) == sorted(
         f"d-{rule}-m{m}" for rule in ("single-k1", "average-k4", "bmuf-k4") for m in (1, 4)
     )
@@ -328,10 +328,28 @@ def test_figures_show_each_setting_as_its_mean_with_a_band_over_seeds():
     )
     fig = plots.figures(rows, experiments.RULES)["d_merge_vs_nomerge_k4"]
     ax = fig.axes[2]  # validation accuracy
-    lines = {line.get_label(): line for line in ax.get_lines()}
+    lines = {line.get_gid(): line for line in ax.get_lines()}
     assert set(lines) == {"d-single-k1-m1", "d-average-k4-m1"}
     np.testing.assert_allclose(lines["d-single-k1-m1"].get_ydata(), [0.6, 0.8])
     assert len(ax.collections) == 1  # one band: only one worker ran with several seeds
+
+
+def test_legends_say_what_each_curve_is_rather_than_its_run_name():
+    rows = (
+        _rows("d-single-k1-m1", "single", {0: [0.5, 0.7]})
+        + _rows("d-average-k4-m1", "average", {0: [0.4, 0.6]})
+        + _rows("d-none-k4-m1", "none", {0: [0.3, 0.5]})
+        + _rows("d-bmuf-k4-m1", "bmuf", {0: [0.45, 0.65]})
+    )
+    figures = plots.figures(rows, experiments.RULES)
+    ax = figures["d_merge_vs_nomerge_k4"].axes[-1]
+    assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
+        "K = 4, average",
+        "K = 4, never merged",
+        "one worker",
+    ]
+    labels = {line.get_gid(): line.get_label() for line in figures["d_rules_k4"].axes[0].lines}
+    assert labels["d-bmuf-k4-m1"] == "K = 4, BMUF"
 
 
 def test_a_study_with_seeds_skew_and_momentum_end_to_end(engine, schema, tmp_path):

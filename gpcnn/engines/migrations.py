@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from gpcnn.engines.base import Backend, text_safe
 from gpcnn.engines.transport import EVERY_KEY
 
-SHAPE_VERSION = 6
+SHAPE_VERSION = 7
 
 
 class ShapeError(RuntimeError):
@@ -32,6 +32,8 @@ class Tables:
     run_iterations: sa.Table
     checkpoints: sa.Table
     transfers: sa.Table
+    models: sa.Table
+    model_weights: sa.Table
 
     def all(self) -> tuple[sa.Table, ...]:
         return (
@@ -41,6 +43,8 @@ class Tables:
             self.run_iterations,
             self.checkpoints,
             self.transfers,
+            self.models,
+            self.model_weights,
         )
 
 
@@ -53,8 +57,11 @@ DISTRIBUTION = {
     "run_iterations": ("run_id",),
     "checkpoints": ("run_id",),
     "transfers": None,
+    "models": ("name",),
+    "model_weights": ("name",),
 }
-CHUNKED = ("checkpoints", "transfers")  # their data column: out of line, uncompressed
+# their data column: out of line, uncompressed
+CHUNKED = ("checkpoints", "transfers", "model_weights")
 RUN_PARTS = ("weights", "rule_state", "optimizer")  # a checkpoint's vectors (key -1)
 SEGMENT_PARTS = ("segment_weights", "segment_optimizer")  # each key's next start
 
@@ -134,7 +141,27 @@ def tables(schema: str) -> Tables:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
         prefixes=["UNLOGGED"],  # rewritten every statement; nothing to recover after a crash
     )
-    return Tables(version, image_tables, runs, run_iterations, checkpoints, transfers)
+    # the model library: a Keras model's JSON under a name, its weights (if stored) in chunks
+    models = sa.Table(
+        "models",
+        md,
+        sa.Column("name", sa.Text, primary_key=True),
+        sa.Column("model_json", sa.Text, nullable=False),
+        sa.Column("weights", sa.Boolean, nullable=False),
+        sa.Column("description", sa.Text),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
+        sa.Column("gpcnn_version", sa.Text, nullable=False),
+    )
+    model_weights = sa.Table(
+        "model_weights",
+        md,
+        sa.Column("name", sa.Text, primary_key=True),
+        sa.Column("chunk", sa.Integer, primary_key=True),
+        sa.Column("data", sa.LargeBinary, nullable=False),
+    )
+    return Tables(
+        version, image_tables, runs, run_iterations, checkpoints, transfers, models, model_weights
+    )
 
 
 def exists(conn: sa.Connection, backend: Backend, name: str) -> bool:
@@ -327,6 +354,11 @@ def _migrate_5_to_6(conn: sa.Connection, backend: Backend) -> None:
         )
 
 
+def _migrate_6_to_7(conn: sa.Connection, backend: Backend) -> None:
+    """The model library's tables (``models``, ``model_weights``) are new."""
+    _create_missing(conn, backend)
+
+
 # MIGRATIONS[i] takes shape i + 1 to shape i + 2.
 MIGRATIONS = (
     _migrate_1_to_2,
@@ -334,6 +366,7 @@ MIGRATIONS = (
     _migrate_3_to_4,
     _migrate_4_to_5,
     _migrate_5_to_6,
+    _migrate_6_to_7,
 )
 
 

@@ -23,7 +23,7 @@ from gpcnn.data import arrays, staging
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
 from gpcnn.estimator import parameters
-from gpcnn.fit import compiling, loop, rules, runs
+from gpcnn.fit import compiling, loop, model_library, rules, runs
 from gpcnn.fit.errors import TrainingError
 from gpcnn.fit.predictions import probabilities, write_predictions
 from gpcnn.fit.training import evaluate_table, plan_slices
@@ -60,9 +60,10 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    model : keras.Model
+    model : keras.Model or str
         The CNN; its input is the table's image shape (H, W, C), its last layer has one unit
-        per class. Never changed: ``model_`` is a copy.
+        per class. Never changed: ``model_`` is a copy. A name: the model stored under it in
+        the model library (``gpcnn.store_model``), with its stored weights if any.
     optimizer : str or keras.optimizers.Optimizer, default "sgd"
         What each segment trains with.
     learning_rate : float or None, default 0.01
@@ -197,6 +198,10 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     def _check_params(self) -> None:
         parameters.check(self.get_params(deep=False))
 
+    def _model(self) -> Any:
+        """``model``, or the model stored under that name (read again by every call)."""
+        return model_library.keras_model(self._db(), self.model)
+
     def _db(self) -> Database:
         """The handle of ``database``: a handle, a URL, or None for $GPCNN_DATABASE_URL or the
         embedded cluster (gpcnn's schema is the handle's)."""
@@ -244,7 +249,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         class ``y`` may hold: for gpcnn always ``range(units)`` of the model's last layer, so it
         may be omitted, and a batch may hold one class only."""
         if classes is not None:
-            arrays.check_classes(classes, int(self.model.output_shape[-1]))
+            arrays.check_classes(classes, int(self._model().output_shape[-1]))
         X, y = _checked_input(X, y, at_least_two=False)
         if not hasattr(self, "model_"):
             self._check_params()
@@ -267,7 +272,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             if y is not None:
                 raise ValueError("y goes with arrays: a table holds its labels")
             return X
-        units = int(self.model.output_shape[-1])
+        units = int(self._model().output_shape[-1])
         name = staging.stage(db, X, y, num_classes=units, seed=self.seed)
         staged = self.__dict__.setdefault("_staged", [])
         staged.append(name)
@@ -278,8 +283,9 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     def _fit(self, db, table, validation_data, callbacks, resume, total, warm=None):
         loop.check_callbacks(callbacks)
         info = loop.described(db, table)
-        check_model_fits(self.model, info)
-        source = validation_source(db, validation_data, self.model)
+        model = self._model()
+        check_model_fits(model, info)
+        source = validation_source(db, validation_data, model)
         threads = self.threads_per_segment or db.backend.default_threads(info.segments)
         options = SegmentOptions(
             compile=self._compile_options(),
@@ -290,7 +296,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             threads=int(threads),
             optimizer_state=self.optimizer_state,
         )
-        model_json, manifest = self.model.to_json(), wire.manifest(self.model)
+        model_json, manifest = model.to_json(), wire.manifest(model)
         rule = rules.make_rule(
             self.merge, wire.trainable_mask(manifest), info.segments, **(self.merge_options or {})
         )
@@ -299,7 +305,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         history = list(self.history_) if warm and resume is None else []
         start = loop.initialize(
             db, info, model_json, manifest, self.stored_params(), resume,
-            self.model_ if warm else self.model,
+            self.model_ if warm else model,
         )  # fmt: skip
         self._drop_fitted_models()
         self.model_ = compiled_model(model_json, options.compile)
@@ -379,7 +385,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
                 "output_table needs a table to predict: predict(table, output_table=…)"
             )
         info = describe(self._db(), x)
-        check_model_fits(self.model, info)
+        check_model_fits(self.model_, info)
         with self._holding_sessions() as sessions:
             model = (self._model_json, self._options, self._weights())
             written = write_predictions(
@@ -406,7 +412,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             if y is not None or sample_weight is not None:
                 raise ValueError("score(table) takes no y or sample_weight: the table has labels")
             info = describe(self._db(), X)
-            check_model_fits(self.model, info)
+            check_model_fits(self.model_, info)
             accuracy = dataclasses.replace(self._options.compile, metrics=("accuracy",))
             values = self._evaluate_table(info, self._options.replace(compile=accuracy))
             return float(values["accuracy"])

@@ -86,12 +86,15 @@ def find_unfinished(db: Database | str | None, table: str, params: dict) -> int 
 
 
 def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
-    """One dict per run: id, table, status, error, iterations stored, bytes stored, times."""
+    """One dict per run, like MADlib's summary tables: id, table, status, error, merge rule,
+    iterations and epochs stored, the last and best validation accuracy and loss (None without
+    validation) and the last training loss, checkpoints and bytes stored, times."""
     db = connect(db)
     with db.begin() as conn:
         catalog = Catalog(conn, db.backend)
         catalog.ensure_tables()
         rows = catalog.run_summaries(run_ids)
+        histories = {r.run_id: catalog.iterations(r.run_id) for r in rows}
     return [
         {
             "run_id": r.run_id,
@@ -100,6 +103,7 @@ def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
             "error": r.error,
             "merge": r.params.get("merge"),
             "iterations": r.iterations,
+            **progress(histories[r.run_id]),
             "checkpoints": r.checkpoints,
             "stored_bytes": r.stored_bytes,
             "created_at": r.created_at.isoformat(),
@@ -107,6 +111,24 @@ def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
         }
         for r in rows
     ]
+
+
+def progress(history: list[dict]) -> dict:
+    """Where a run's history got to: epochs of data seen, the last training loss, and the last
+    and best (highest accuracy, lowest loss) validation values, None where none was recorded."""
+
+    def values(metric: str) -> list[float]:
+        return [row[metric] for row in history if row.get(metric) is not None]
+
+    accuracy, loss = values("val_accuracy"), values("val_loss")
+    return {
+        "epochs": history[-1].get("epoch") if history else None,
+        "loss": history[-1].get("loss") if history else None,
+        "val_accuracy": accuracy[-1] if accuracy else None,
+        "best_val_accuracy": max(accuracy, default=None),
+        "val_loss": loss[-1] if loss else None,
+        "best_val_loss": min(loss, default=None),
+    }
 
 
 def show_run(db: Database | str | None, run_id: int) -> dict:

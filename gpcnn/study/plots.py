@@ -118,14 +118,47 @@ def _series(histories: list[list[dict]], x: str, metric: str):
     return xs, means, sds
 
 
+RULE_WORDS = {
+    "average": "average",
+    "bmuf": "BMUF",
+    "easgd": "EASGD",
+    "none": "never merged",
+    "sync": "synchronous",
+}
+
+
+def _label(meta: dict, by_frequency: bool) -> str:
+    """What a curve is, in words ('one worker', 'K = 4, average', 'K = 4, never merged'), with
+    the merge frequency where a figure compares frequencies."""
+    if meta["merge"] == "single":
+        words = "one worker"
+    else:
+        words = f"K = {int(meta['segments'])}, {RULE_WORDS.get(meta['merge'], meta['merge'])}"
+    if meta.get("scale_lr"):
+        words += ", learning rate × K"
+    if by_frequency:
+        m = int(meta["merges_per_epoch"])
+        words += f", {m} merge{'' if m == 1 else 's'} per epoch"
+    return words
+
+
+def _labels(settings: dict[str, list[list[dict]]], members: Sequence[str], by_frequency: bool):
+    """Setting -> its legend label; the setting's name is added where words alone repeat."""
+    labels = {n: _label(settings[n][0][0], by_frequency) for n in members}
+    repeated = {label for label in labels.values() if list(labels.values()).count(label) > 1}
+    return {n: f"{label} ({n})" if label in repeated else label for n, label in labels.items()}
+
+
 def figures(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Figure]:
     """Every figure, against iterations (``name``) and against epochs (``name_epochs``); a
-    setting run with several seeds is its mean with a band of ± one standard deviation."""
+    setting run with several seeds is its mean with a band of ± one standard deviation. Each
+    curve's label says what it is (``_label``); its gid is the setting's name."""
     rules = list(rules)
     settings = _settings(rows)
     out = {}
     for name, members in _groups(settings, rules).items():
         by_frequency = len({settings[n][0][0]["merges_per_epoch"] for n in members}) > 1
+        labels = _labels(settings, members, by_frequency)
         for x, suffix in (("iteration", ""), ("epoch", "_epochs")):
             fig = Figure(figsize=(15, 4.2))
             axes = fig.subplots(1, len(PANELS))
@@ -135,7 +168,7 @@ def figures(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Figure]:
                     if not xs:
                         continue
                     style = _style(settings[setting][0][0], by_frequency, rules)
-                    (line,) = ax.plot(xs, means, label=setting, **style)
+                    (line,) = ax.plot(xs, means, label=labels[setting], gid=setting, **style)
                     if sds is not None:
                         ax.fill_between(xs, means - sds, means + sds, color=line.get_color(),
                                         alpha=0.2, linewidth=0)  # fmt: skip

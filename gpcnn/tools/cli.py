@@ -72,22 +72,89 @@ def cmd_runs(args: argparse.Namespace) -> int:
             print(json.dumps(rows, indent=1))
             return 0
         print(
-            f"{'run':>5}  {'status':<13} {'merge':<8} {'its':>4} {'ckpts':>5} {'stored':>10}  table"
+            f"{'run':>5}  {'status':<13} {'merge':<8} {'iterations':>10} {'epochs':>6} "
+            f"{'val_acc':>7} {'best':>6} {'val_loss':>8} {'best':>6} {'ckpts':>5} "
+            f"{'stored':>9}  table"
         )
         for r in rows:
             stored = f"{r['stored_bytes'] / 1e6:.1f} MB"
             print(
-                f"{r['run_id']:>5}  {r['status']:<13} {r['merge']!s:<8} {r['iterations']:>4} "
-                f"{r['checkpoints']:>5} {stored:>10}  {r['table']}"
+                f"{r['run_id']:>5}  {r['status']:<13} {r['merge']!s:<8} {r['iterations']:>10} "
+                f"{_number(r['epochs'], 6, 2)} {_number(r['val_accuracy'], 7)} "
+                f"{_number(r['best_val_accuracy'], 6)} {_number(r['val_loss'], 8)} "
+                f"{_number(r['best_val_loss'], 6)} {r['checkpoints']:>5} {stored:>9}  {r['table']}"
             )
         return 0
     if not args.run_ids:
         raise ValueError(f"gpcnn runs {args.action} needs run ids")
     if args.action == "show":
         for run_id in args.run_ids:
-            print(json.dumps(runs.show_run(db, run_id), indent=1))
+            shown = runs.show_run(db, run_id)
+            print(json.dumps(shown, indent=1) if args.json else _run_text(shown))
     else:
         print(f"deleted {runs.delete_runs(db, args.run_ids)} run(s)")
+    return 0
+
+
+HISTORY_COLUMNS = ("iteration", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "seconds")
+
+
+def _number(value, width: int, digits: int = 4) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+
+def _run_text(shown: dict) -> str:
+    """A run as ``gpcnn runs show`` prints it: its summary, then one line per iteration."""
+    params = shown["params"]
+    optimizer = params.get("optimizer")
+    if isinstance(optimizer, dict):  # a Keras optimizer object, serialized
+        optimizer = optimizer.get("class_name")
+    lines = [
+        f"run {shown['run_id']}: {shown['status']}, {shown['table']}, merge={shown['merge']}, "
+        f"{shown['iterations']} iterations ({shown['epochs'] or 0:g} epochs), "
+        f"optimizer={optimizer}, learning_rate={params.get('learning_rate')}",
+    ]
+    if shown["error"]:
+        lines.append(f"error: {shown['error']}")
+    lines.append("  ".join(f"{c:>12}" for c in HISTORY_COLUMNS))
+    for row in shown["history"]:
+        cells = [row.get(c) for c in HISTORY_COLUMNS]
+        lines.append(
+            "  ".join(
+                f"{'-':>12}" if v is None else f"{v:>12}" if isinstance(v, int) else f"{v:>12.4f}"
+                for v in cells
+            )
+        )
+    return "\n".join(lines)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from gpcnn.fit import model_library
+
+    db = _db(args)
+    if args.action == "list":
+        rows = model_library.list_models(db)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        for m in rows:
+            weights = f"weights {m['stored_bytes'] / 1e6:.1f} MB" if m["weights"] else "no weights"
+            about = f"  {m['description']}" if m["description"] else ""
+            print(f"{m['name']}  {weights}, stored {m['created_at'][:19]}{about}")
+        return 0
+    if not args.names:
+        raise ValueError(f"gpcnn models {args.action} needs model names")
+    for name in args.names:
+        if args.action == "show":
+            model = model_library.load_model(db, name)
+            print(f"{name}: {model.count_params():,} weights")
+            for layer in model.layers:
+                frozen = "" if layer.trainable else "  (frozen)"
+                print(f"  {layer.name:<24} {type(layer).__name__}{frozen}")
+        elif model_library.delete_model(db, name):
+            print(f"deleted model {name}")
+        else:
+            raise ValueError(f"no model {name!r} to delete (gpcnn models list lists them)")
     return 0
 
 
@@ -329,8 +396,14 @@ def build_parser() -> argparse.ArgumentParser:
     runs = with_database(sub.add_parser("runs", help="stored runs: list, show, delete"))
     runs.add_argument("action", choices=["list", "show", "delete"])
     runs.add_argument("run_ids", nargs="*", type=int)
-    runs.add_argument("--json", action="store_true", help="list as JSON")
+    runs.add_argument("--json", action="store_true", help="list or show as JSON")
     runs.set_defaults(func=cmd_runs)
+
+    models = with_database(sub.add_parser("models", help="the model library: list, show, delete"))
+    models.add_argument("action", choices=["list", "show", "delete"])
+    models.add_argument("names", nargs="*")
+    models.add_argument("--json", action="store_true", help="list as JSON")
+    models.set_defaults(func=cmd_models)
 
     tables = with_database(sub.add_parser("tables", help="image tables: list, drop"))
     tables.add_argument("action", choices=["list", "drop"])

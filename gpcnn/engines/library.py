@@ -1,0 +1,133 @@
+"""The model library's statements: Keras models stored under a name in ``models`` (the model's
+JSON) and ``model_weights`` (its weights, if stored, in chunks like checkpoints: by binary COPY,
+never inside statement text), as a ``Library`` on the caller's connection and transaction."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+import sqlalchemy as sa
+
+from gpcnn.engines import migrations
+from gpcnn.engines.base import Backend
+from gpcnn.engines.transport import assemble, write_chunks
+
+WEIGHTS_PREFIX = (("name", "text"),)
+
+
+@dataclass(frozen=True)
+class StoredModel:
+    """A row of ``models``; ``weights`` None when only the architecture was stored (or not read)."""
+
+    name: str
+    model_json: str
+    has_weights: bool
+    description: str | None
+    created_at: datetime
+    gpcnn_version: str
+    stored_bytes: int
+    weights: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Library:
+    """The model library in the backend's schema (``Library(conn, db.backend)``); the tables are
+    made or migrated first, in the caller's transaction."""
+
+    conn: sa.Connection
+    backend: Backend
+
+    def __post_init__(self) -> None:
+        migrations.ensure_tables(self.conn, self.backend)
+
+    @property
+    def _tables(self) -> migrations.Tables:
+        return migrations.tables(self.backend.schema)
+
+    def store(
+        self,
+        name: str,
+        model_json: str,
+        weights: np.ndarray | None,
+        description: str | None,
+        replace: bool,
+    ) -> None:
+        """Store a model under ``name``; an existing one is refused unless ``replace``."""
+        from gpcnn.version import __version__
+
+        t = self._tables
+        self.backend.lock_name(self.conn, f"gpcnn model {name}")
+        if self.exists(name):
+            if not replace:
+                raise ValueError(
+                    f"a model {name!r} is stored already: pass replace=True to overwrite it, "
+                    "or choose another name"
+                )
+            self.delete(name)
+        self.conn.execute(
+            t.models.insert().values(
+                name=name,
+                model_json=model_json,
+                weights=weights is not None,
+                description=description,
+                gpcnn_version=__version__,
+            )
+        )
+        if weights is not None:
+            table_sql = migrations.qualified(self.backend, "model_weights")
+            write_chunks(self.conn, self.backend, table_sql, WEIGHTS_PREFIX, [((name,), weights)])
+
+    def exists(self, name: str) -> bool:
+        m = self._tables.models
+        return self.conn.execute(sa.select(m.c.name).where(m.c.name == name)).first() is not None
+
+    def entries(self, name: str | None = None) -> list[StoredModel]:
+        """Every stored model (or the one named), by name, without weights."""
+        t = self._tables
+        m, w = t.models, t.model_weights
+        sizes = (
+            sa.select(w.c.name, sa.func.sum(sa.func.octet_length(w.c.data)).label("size"))
+            .group_by(w.c.name)
+            .subquery()
+        )
+        query = (
+            sa.select(m, sa.func.coalesce(sizes.c.size, 0).label("size"))
+            .select_from(m.outerjoin(sizes, sizes.c.name == m.c.name))
+            .order_by(m.c.name)
+        )
+        if name is not None:
+            query = query.where(m.c.name == name)
+        return [
+            StoredModel(
+                name=r.name,
+                model_json=r.model_json,
+                has_weights=bool(r.weights),
+                description=r.description,
+                created_at=r.created_at,
+                gpcnn_version=r.gpcnn_version,
+                stored_bytes=int(r.size),
+            )
+            for r in self.conn.execute(query)
+        ]
+
+    def load(self, name: str) -> StoredModel | None:
+        """The model stored under ``name`` with its weights, or None."""
+        found = self.entries(name)
+        if not found:
+            return None
+        entry = found[0]
+        if not entry.has_weights:
+            return entry
+        w = self._tables.model_weights
+        rows = self.conn.execute(sa.select(w.c.chunk, w.c.data).where(w.c.name == name))
+        weights = assemble({int(c): d for c, d in rows}, f"the weights of model {name!r}")
+        return dataclasses.replace(entry, weights=weights)
+
+    def delete(self, name: str) -> bool:
+        """Delete the model and its weights; whether it was there."""
+        t = self._tables
+        self.conn.execute(t.model_weights.delete().where(t.model_weights.c.name == name))
+        return self.conn.execute(t.models.delete().where(t.models.c.name == name)).rowcount > 0

@@ -1,0 +1,106 @@
+"""The model library: Keras models stored in the database under a name (MADlib's model
+architecture table), their architecture and optionally their weights, to list, load, delete, fit
+(``GreenplumCNN(model=name)``) and predict with (``gpcnn.predict``).
+
+What is stored is the model's JSON, which is rebuilt in safe mode when it is stored and when it is
+loaded, as every model the segments build is: no code travels with a model, so a ``Lambda`` layer
+is refused. Frozen layers (``trainable=False``) stay frozen: the flag is part of the JSON.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpcnn.engines import Database, connect
+from gpcnn.engines.library import Library, StoredModel
+from gpcnn.kernel import wire
+from gpcnn.kernel.keras_setup import rebuilt
+
+
+def _safe(model_json: str, name: str) -> Any:
+    """The model of ``model_json`` rebuilt in safe mode, or an error saying what to change."""
+    try:
+        return rebuilt(model_json)
+    except Exception as e:
+        raise ValueError(
+            f"model {name!r} cannot be rebuilt in safe mode ({type(e).__name__}: {e}): gpcnn "
+            "runs no code that comes with a model, so replace Lambda layers and custom objects "
+            "with built-in layers"
+        ) from e
+
+
+def _checked_name(name: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError(f"a stored model needs a non-empty name, got {name!r}")
+    return name
+
+
+def store_model(
+    db: Database | str | None,
+    name: str,
+    model: Any,
+    *,
+    weights: bool = True,
+    description: str | None = None,
+    replace: bool = False,
+) -> str:
+    """Store the Keras ``model`` under ``name``: its architecture, and its weights unless
+    ``weights=False`` (then a fit starts from the weights Keras initialises). Refused before
+    anything is written if it does not rebuild in safe mode or is not float32. Returns ``name``."""
+    name = _checked_name(name)
+    model_json = model.to_json()
+    wire.manifest(_safe(model_json, name))  # refuses mixed precision
+    vector = wire.flatten(model.get_weights()) if weights else None
+    db = connect(db)
+    with db.begin() as conn:
+        Library(conn, db.backend).store(name, model_json, vector, description, replace)
+    return name
+
+
+def list_models(db: Database | str | None = None) -> list[dict]:
+    """One dict per stored model: name, description, whether weights are stored, their bytes,
+    the number of weights, when and by which gpcnn version it was stored."""
+    db = connect(db)
+    with db.begin() as conn:
+        entries = Library(conn, db.backend).entries()
+    return [_summary(e) for e in entries]
+
+
+def _summary(entry: StoredModel) -> dict:
+    return {
+        "name": entry.name,
+        "description": entry.description,
+        "weights": entry.has_weights,
+        "stored_bytes": entry.stored_bytes,
+        "created_at": entry.created_at.isoformat(),
+        "gpcnn_version": entry.gpcnn_version,
+    }
+
+
+def load_model(db: Database | str | None, name: str) -> Any:
+    """The stored model, rebuilt in safe mode (uncompiled), with its stored weights if any."""
+    db = connect(db)
+    with db.begin() as conn:
+        entry = Library(conn, db.backend).load(_checked_name(name))
+    if entry is None:
+        raise ValueError(
+            f"no model {name!r} in {db.schema}.models: store one with gpcnn.store_model(db, "
+            f"{name!r}, model) (gpcnn.list_models(db) lists them)"
+        )
+    model = _safe(entry.model_json, name)
+    if entry.weights is not None:
+        wire.set_model_weights(model, entry.weights)
+    return model
+
+
+def delete_model(db: Database | str | None, name: str) -> bool:
+    """Delete a stored model and its weights; whether it was there."""
+    db = connect(db)
+    with db.begin() as conn:
+        return Library(conn, db.backend).delete(_checked_name(name))
+
+
+def keras_model(db: Database | str | None, model: Any) -> Any:
+    """A Keras model as it is, or the one stored under that name (``GreenplumCNN(model=name)``,
+    ``gpcnn.predict(db, name, ...)``)."""
+    return load_model(db, model) if isinstance(model, str) else model

@@ -1,0 +1,61 @@
+"""What a user sees of stored runs, like MADlib's summary tables: ``gpcnn runs list`` with each
+run's epochs and its last and best validation accuracy and loss, ``gpcnn runs show`` with the
+history of every iteration."""
+
+from __future__ import annotations
+
+import pytest
+from tiny import dense_net, learnable_images
+
+import gpcnn
+from gpcnn.data.tables import load_images
+from gpcnn.estimator import GreenplumCNN
+from gpcnn.tools import cli
+
+DATA = "gpcnn_summaries_test"
+
+
+@pytest.fixture(scope="module")
+def fitted(engine):
+    x, y = learnable_images(60, seed=8)
+    load_images(engine, f"{DATA}.train", x, y, segments=2, buffer_size=15, replace=True,
+                progress=False)  # fmt: skip
+    load_images(engine, f"{DATA}.test", x[:30], y[:30], segments=2, replace=True, progress=False)
+    est = GreenplumCNN(dense_net(), iterations=3, learning_rate=0.05, batch_size=8, seed=1,
+                       database=engine, validation_table=f"{DATA}.test", threads_per_segment=1,
+                       verbose=0)  # fmt: skip
+    return est.fit(f"{DATA}.train")
+
+
+def test_list_runs_gives_epochs_and_the_last_and_best_validation_values(engine, fitted):
+    (row,) = gpcnn.list_runs(engine, [fitted.run_id_])
+    history = fitted.history_
+    assert row["epochs"] == history[-1]["epoch"] == 3
+    assert row["val_accuracy"] == history[-1]["val_accuracy"]
+    assert row["best_val_accuracy"] == max(h["val_accuracy"] for h in history)
+    assert row["val_loss"] == history[-1]["val_loss"]
+    assert row["best_val_loss"] == min(h["val_loss"] for h in history)
+    assert row["loss"] == history[-1]["loss"]
+
+
+def test_the_command_line_lists_runs_with_those_columns_and_shows_the_history(
+    engine, fitted, capsys
+):
+    base = ["--database", engine.url.render_as_string(hide_password=False), "--schema",
+            engine.schema]  # fmt: skip
+    assert cli.main(["runs", "list", *base]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split()[:9] == ["run", "status", "merge", "iterations", "epochs", "val_acc",
+                                  "best", "val_loss", "best"]  # fmt: skip
+    (line,) = [ln for ln in lines if ln.split()[0] == str(fitted.run_id_)]
+    last = fitted.history_[-1]
+    assert f"{last['val_accuracy']:.4f}" in line and f"{last['val_loss']:.4f}" in line
+    assert line.split()[3:5] == ["3", "3.00"]
+
+    assert cli.main(["runs", "show", str(fitted.run_id_), *base]) == 0
+    summary, columns, *rows = capsys.readouterr().out.splitlines()
+    assert summary.startswith(f"run {fitted.run_id_}: finished, {DATA}.train, merge=average")
+    assert columns.split() == ["iteration", "epoch", "loss", "accuracy", "val_loss",
+                               "val_accuracy", "seconds"]  # fmt: skip
+    assert [int(r.split()[0]) for r in rows] == [1, 2, 3]
+    assert f"{fitted.history_[1]['val_loss']:.4f}" in rows[1]
