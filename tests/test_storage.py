@@ -172,7 +172,7 @@ def test_shape_5_transfers_gain_an_owner_and_ownerless_old_ones_are_swept(engine
         )
     with db.begin() as conn:
         Catalog(conn, db.backend).ensure_tables()
-        assert Catalog(conn, db.backend).shape() == migrations.SHAPE_VERSION == 6
+        assert Catalog(conn, db.backend).shape() == migrations.SHAPE_VERSION == 7
         owners = conn.exec_driver_sql(f"SELECT DISTINCT owner FROM {transfers}").scalars().all()
         assert owners == [""]  # kept: who wrote them is not known
         conn.exec_driver_sql(
