@@ -26,7 +26,8 @@ TEST_SCHEMA = "gpcnn_test"
 DISPATCH_MODES = ("native", "statement")
 
 
-def test_url() -> str | None:
+def database_url() -> str | None:
+    """The database under test (None: the embedded PostgreSQL); a plain name so pytest does not collect it."""
     return os.environ.get("GPCNN_TEST_DATABASE_URL")
 
 
@@ -34,7 +35,7 @@ def test_url() -> str | None:
 def database():
     import gpcnn
 
-    db = gpcnn.connect(test_url(), schema=TEST_SCHEMA)
+    db = gpcnn.connect(database_url(), schema=TEST_SCHEMA)
     gpcnn.install(db)
     yield db
     db.close()
@@ -53,7 +54,7 @@ def engine_any_dispatch(request, database):
     if request.param == "native":
         yield database
         return
-    db = gpcnn.connect(test_url(), schema=TEST_SCHEMA, dispatch=request.param)
+    db = gpcnn.connect(database_url(), schema=TEST_SCHEMA, dispatch=request.param)
     yield db
     db.close()
 

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 import sqlalchemy as sa
-from conftest import TEST_SCHEMA, test_url
+from conftest import TEST_SCHEMA, database_url
 from test_training import estimator, reference, shards
 
 import gpcnn
@@ -55,7 +55,7 @@ def wide_model():
 def chunked(engine_any_dispatch):
     """The test database in each dispatch mode, with 64 KB chunks."""
     db = gpcnn.connect(
-        test_url(),
+        database_url(),
         schema=TEST_SCHEMA,
         dispatch=engine_any_dispatch.dispatch,
         chunk_bytes=CHUNK_BYTES,
@@ -114,7 +114,7 @@ def _statements(log: str) -> list[str]:
     return [e.split(marker, 1)[1] for e in entries if e.startswith(marker)]
 
 
-@pytest.mark.skipif(test_url() is not None, reason="reads the embedded cluster's server log")
+@pytest.mark.skipif(database_url() is not None, reason="reads the embedded cluster's server log")
 def test_statement_texts_stay_small_whatever_the_model_size(chunked, table):
     """Weights travel by COPY, as data: every statement of a fit (training, merge, validation,
     storage) and of a prediction stays under 10 KB with a 4 MB model, whose weights as a literal
@@ -330,7 +330,7 @@ def test_a_run_stores_what_retention_keeps_and_shows_its_size(chunked, table):
 def test_shape_2_vectors_move_into_chunked_checkpoints(engine):
     """Upgrading keeps every stored vector: shape 2's one-value columns are cut into chunks."""
     schema = "gpcnn_migration_test"
-    db = gpcnn.connect(test_url(), schema=schema, chunk_bytes=4096)
+    db = gpcnn.connect(database_url(), schema=schema, chunk_bytes=4096)
     weights = np.arange(2500, dtype="<f4")  # 10,000 bytes: three chunks of 4,096
     optimizer = np.arange(7, dtype="<f4")
     with db.begin() as conn:

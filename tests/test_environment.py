@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import gpcnn
 from gpcnn.tools import embedded
-from gpcnn.tools.environment import ServerPythonError
+from gpcnn.tools.environment import EnvironmentReport, ServerPythonError
 
 
 def test_connect_prefers_explicit_url_then_env_then_embedded(monkeypatch):
@@ -84,3 +84,56 @@ def test_another_installed_version_is_named_with_the_fix(engine):
     with db.begin() as conn:
         conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
     db.close()
+
+
+def test_doctor_reports_autovacuum_and_the_disk_gpcnns_tables_take(engine, schema):
+    report = gpcnn.check_environment(engine)
+    facts = report.facts
+    autovacuum = facts["settings"]["autovacuum"]
+    assert autovacuum in ("on", "off")
+    assert {"checkpoints", "transfers", "runs"} <= set(facts["table_bytes"])
+    text = str(report)
+    assert f"autovacuum: {autovacuum}: " in text and "MB now" in text
+    if autovacuum == "off":
+        assert f"VACUUM FULL {schema}.checkpoints, {schema}.transfers" in text
+
+
+def test_doctor_on_greenplum_reports_primaries_hosts_memory_limits_and_resources(engine):
+    if engine.backend.kind != "greenplum":
+        pytest.skip("reads gp_segment_configuration and each primary's settings")
+    report = gpcnn.check_environment(engine)
+    facts = report.facts
+    assert facts["primaries"] == report.segments == len(facts["vmem_protect_limit_mb"])
+    assert sorted(facts["vmem_protect_limit_mb"]) == [p["segment"] for p in report.probes]
+    assert facts["hosts"] >= 1 and facts["mirrors"] >= 0
+    assert facts["settings"]["gp_resource_manager"] in ("queue", "group", "none")
+    text = str(report)
+    assert f"TensorFlow imported on {facts['primaries']} of {facts['primaries']} primaries" in text
+    assert "gp_vmem_protect_limit" in text and "not TensorFlow's" in text
+
+
+def test_the_greenplum_report_says_what_its_settings_mean():
+    """Facts as a live 2-primary cluster returned them (docs/greenplum.md)."""
+    probe = dict(python="3.11.2", tensorflow="2.21.0", keras="3.15.1", numpy="2", cpu_count=2)
+    report = EnvironmentReport(
+        "greenplum", "statement", "PostgreSQL 12 (Greenplum Database 7.0.0 build dev)", 2, "0.2.0",
+        [{"segment": 0, **probe, "tf_threads": None}, {"segment": 1, **probe, "tf_threads": None}],
+        schema="gpcnn",
+        facts={
+            "settings": {"autovacuum": "off", "gp_resource_manager": "queue"},
+            "table_bytes": {"checkpoints": 8_300_000_000, "transfers": 5_800_000_000},
+            "primaries": 2, "hosts": 1, "mirrors": 0, "vmem_protect_limit_mb": {0: 8192, 1: 8192},
+            "resource": {"rsqname": "pg_default", "rsqcountlimit": 20, "rsqmemorylimit": -1},
+            "superuser": True,
+        },
+    )  # fmt: skip
+    lines = str(report).splitlines()[-4:]
+    assert lines == [
+        "cluster:  2 primaries on 1 host(s), 0 mirrors; TensorFlow imported on 2 of 2 primaries",
+        "memory:   gp_vmem_protect_limit 8192 MB per primary; it counts the database's memory, not "
+        "TensorFlow's inside plpython3u (docs/greenplum.md, 'What a cluster needs')",
+        "resources: resource queue pg_default (rsqcountlimit 20, rsqmemorylimit -1), bypassed: "
+        "this role is a superuser",
+        "autovacuum: off: pruned checkpoints and used transfers stay on disk as dead rows until "
+        "VACUUM (VACUUM FULL gpcnn.checkpoints, gpcnn.transfers); gpcnn's tables take 14100.0 MB now",
+    ]

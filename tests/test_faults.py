@@ -16,6 +16,7 @@ import pytest
 import sqlalchemy as sa
 from tiny import dense_net
 
+from gpcnn import release_sessions
 from gpcnn.data.tables import describe, load_images
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs, training
@@ -180,12 +181,23 @@ def test_greenplum_errors_name_the_segment_and_its_host():
     )
 
 
+def _close_idle_connections(*handles) -> None:
+    """Before DDL that needs an exclusive lock: on Greenplum 7.0.0-dev a pooled connection's
+    segment process keeps the locks of a one-segment read after its coordinator ended the
+    transaction (seen live, docs/greenplum.md), so DROP TRIGGER waited for ever."""
+    release_sessions()
+    for db in handles:
+        db.engine.dispose()
+
+
 @contextlib.contextmanager
-def refused(engine, event: str, condition: str, message: str):
+def refused(engine, event: str, condition: str, message: str, *idle):
     """A trigger that makes the server refuse ``event`` on checkpoints (rows matching
-    ``condition``) with ``message``, while the block runs."""
+    ``condition``) with ``message``, while the block runs. The idle connections of ``engine`` and
+    of the handles ``idle`` are closed before each DDL (see ``_close_idle_connections``)."""
     checkpoints = f"{engine.backend.qschema}.checkpoints"
     refuse = f"{engine.backend.qschema}.refuse_checkpoints"
+    _close_idle_connections(engine, *idle)
     with engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -200,18 +212,19 @@ def refused(engine, event: str, condition: str, message: str):
     try:
         yield
     finally:
+        _close_idle_connections(engine, *idle)
         with engine.begin() as conn:
             conn.exec_driver_sql(f"DROP TRIGGER refuse_checkpoints ON {checkpoints}")
             conn.exec_driver_sql(f"DROP FUNCTION {refuse}()")
 
 
-def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(engine, table):
+def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(engine, database, table):
     """The retention rule's delete runs in the background while the next iteration trains: the
     server refusing it (a trigger here) fails the fit with the server's message before another
     iteration is stored, and the run resumes once the delete is allowed again."""
     model = dense_net()
     est = estimator(engine, model, iterations=3, batch_size=100)
-    refusal = refused(engine, "DELETE", "", "the test refuses checkpoint deletes")
+    refusal = refused(engine, "DELETE", "", "the test refuses checkpoint deletes", database)
     # Iteration 1's checkpoint is the first to go, after iteration 2; iteration 3 waits.
     with refusal, pytest.raises(TrainingError) as raised:
         est.fit(TABLE)

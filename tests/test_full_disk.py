@@ -33,7 +33,7 @@ SIZE = "8m"
 
 def _mount(path: Path) -> str | None:
     """Mount a small tmpfs owned by the server's OS user; why not, if it cannot."""
-    if conftest.test_url() is not None:
+    if conftest.database_url() is not None:
         return "the server is not the embedded one on this machine"
     if os.geteuid() != 0:
         return "mounting a small file system needs root"
@@ -62,7 +62,7 @@ def disk(engine):
     space.mkdir()
     shutil.chown(space, "gpcnn")
     admin = sa.create_engine(engine.url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    db = gpcnn.connect(conftest.test_url(), schema=SCHEMA)
+    db = gpcnn.connect(conftest.database_url(), schema=SCHEMA)
     try:
         with admin.connect() as conn:
             conn.exec_driver_sql(f"CREATE TABLESPACE {SPACE} LOCATION '{space}'")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import TEST_SCHEMA, test_url
+from conftest import TEST_SCHEMA, database_url
 from test_training import tiny_cnn
 from tiny import learnable_images
 
@@ -33,7 +33,7 @@ def handles(database):
             f"{database.backend.kind} runs one dispatch: bench/seed_engines.py compares it "
             "with PostgreSQL"
         )
-    statement = gpcnn.connect(test_url(), schema=TEST_SCHEMA, dispatch="statement")
+    statement = gpcnn.connect(database_url(), schema=TEST_SCHEMA, dispatch="statement")
     x, y = learnable_images(150)
     tables = {}
     for name, db in (("sessions", database), ("statement", statement)):

@@ -46,7 +46,11 @@ def test_greenplum_training_is_one_shape_b_statement_merged_chunk_by_chunk():
         f"FROM ({chunks}) m GROUP BY m.chunk"
     )
     assert gp.session_groups([5, 9, 2], 1) == [[5, 9, 2]]
-    assert gp.session_settings == ("SET gp_vmem_idle_resource_timeout = 0",)
+    assert gp.session_settings == (
+        "SET gp_vmem_idle_resource_timeout = 0",
+        "SET gp_interconnect_queue_depth = 64",
+        "SET gp_interconnect_snd_queue_depth = 64",
+    )
     assert gp.dispatch == "statement"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import sqlalchemy as sa
-from conftest import TEST_SCHEMA, test_url
+from conftest import TEST_SCHEMA, database_url
 from test_training import estimator
 
 import gpcnn
@@ -55,7 +55,7 @@ def on_disk(db, names=("checkpoints", "transfers")) -> int:
 
 
 def test_many_iterations_grow_the_chunk_tables_by_at_most_three_times_the_runs_bytes(engine):
-    db = gpcnn.connect(test_url(), schema=TEST_SCHEMA, chunk_bytes=CHUNK_BYTES)
+    db = gpcnn.connect(database_url(), schema=TEST_SCHEMA, chunk_bytes=CHUNK_BYTES)
     rng = np.random.default_rng(4)
     name = f"{DATA_SCHEMA}.dense"
     load_images(
@@ -83,7 +83,7 @@ def test_many_iterations_grow_the_chunk_tables_by_at_most_three_times_the_runs_b
 
 def test_deleting_a_run_gives_its_space_back_at_once(engine):
     schema = "gpcnn_storage_delete_test"
-    db = gpcnn.connect(test_url(), schema=schema, chunk_bytes=CHUNK_BYTES)
+    db = gpcnn.connect(database_url(), schema=schema, chunk_bytes=CHUNK_BYTES)
     model = np.arange(100_000, dtype="<f4")  # 400 kB: 7 chunks, out of line
     with db.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
@@ -123,7 +123,7 @@ def test_a_sigkilled_clients_transfer_is_swept_at_the_next_fit_and_a_live_ones_i
         [
             sys.executable,
             str(Path(__file__).parent / "children" / "transfer.py"),
-            test_url() or "",
+            database_url() or "",
             TEST_SCHEMA,
         ],
         stdin=subprocess.PIPE,
@@ -159,7 +159,7 @@ def test_a_sigkilled_clients_transfer_is_swept_at_the_next_fit_and_a_live_ones_i
 
 def test_shape_5_transfers_gain_an_owner_and_ownerless_old_ones_are_swept(engine):
     schema = "gpcnn_migration_5_test"
-    db = gpcnn.connect(test_url(), schema=schema)
+    db = gpcnn.connect(database_url(), schema=schema)
     transfers = f"{schema}.transfers"
     with db.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

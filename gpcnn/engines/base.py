@@ -117,6 +117,31 @@ class Backend:
         """The environment probe's JSON, once per segment (a segment id added to each)."""
         raise NotImplementedError
 
+    # Settings `gpcnn doctor` reports: autovacuum decides whether pruned checkpoints and used
+    # transfers leave the disk on their own.
+    DOCTOR_SETTINGS: ClassVar[tuple[str, ...]] = ("autovacuum", "max_connections")
+
+    def doctor_facts(self) -> dict:
+        """What the server offers gpcnn besides the probes: those settings, and the bytes on disk
+        of each of gpcnn's tables (dead rows included)."""
+        with self.engine.connect() as conn:
+            settings = conn.execute(
+                sa.text(
+                    "SELECT name, setting || coalesce(unit, '') FROM pg_settings "
+                    "WHERE name = ANY(CAST(:names AS text[])) ORDER BY name"
+                ),
+                {"names": list(self.DOCTOR_SETTINGS)},
+            ).all()
+            sizes = conn.execute(
+                sa.text(
+                    "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = :schema AND c.relkind = 'r' ORDER BY c.relname"
+                ),
+                {"schema": self.schema},
+            ).all()
+        return {"settings": dict(settings), "table_bytes": {name: int(b) for name, b in sizes}}
+
     @staticmethod
     def _decode_probes(rows) -> list[dict]:
         return [{"segment": segment, **json.loads(text)} for segment, text in rows]

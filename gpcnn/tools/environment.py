@@ -20,6 +20,8 @@ class EnvironmentReport:
     segments: int
     installed: str
     probes: list[dict] = field(default_factory=list)
+    schema: str = "gpcnn"
+    facts: dict = field(default_factory=dict)  # Backend.doctor_facts()
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -38,7 +40,44 @@ class EnvironmentReport:
                 f"{where}: Python {p['python']}, TensorFlow {p['tensorflow']}, Keras {p['keras']}, "
                 f"numpy {p['numpy']}, {p['cpu_count']} CPUs, TF threads: {threads}"
             )
-        return "\n".join(lines)
+        return "\n".join(lines + self.fact_lines())
+
+    def fact_lines(self) -> list[str]:
+        """The cluster (Greenplum), its memory limits and resources, autovacuum and what it
+        means for gpcnn's tables."""
+        f, lines = self.facts, []
+        if "primaries" in f:
+            probed = sum(p["segment"] >= 0 for p in self.probes)
+            lines.append(
+                f"cluster:  {f['primaries']} primaries on {f['hosts']} host(s), {f['mirrors']} "
+                f"mirrors; TensorFlow imported on {probed} of {f['primaries']} primaries"
+            )
+            limits = sorted(set(f["vmem_protect_limit_mb"].values()))
+            lines.append(
+                f"memory:   gp_vmem_protect_limit {'/'.join(map(str, limits))} MB per primary; it "
+                "counts the database's memory, not TensorFlow's inside plpython3u "
+                "(docs/greenplum.md, 'What a cluster needs')"
+            )
+            manager = f["settings"].get("gp_resource_manager")
+            bypass = ", bypassed: this role is a superuser" if f["superuser"] else ""
+            resource = f["resource"] or {}
+            name = resource.get("rsqname") or resource.get("groupname")
+            limits = ", ".join(f"{k} {v}" for k, v in resource.items() if "limit" in k)
+            lines.append(f"resources: resource {manager} {name} ({limits}){bypass}")
+        megabytes = sum(f.get("table_bytes", {}).values()) / 1e6
+        autovacuum = f.get("settings", {}).get("autovacuum")
+        if autovacuum == "off":
+            lines.append(
+                f"autovacuum: off: pruned checkpoints and used transfers stay on disk as dead rows "
+                f"until VACUUM (VACUUM FULL {self.schema}.checkpoints, {self.schema}.transfers); "
+                f"gpcnn's tables take {megabytes:.1f} MB now"
+            )
+        elif autovacuum:
+            lines.append(
+                f"autovacuum: {autovacuum}: the server reclaims pruned checkpoints and used "
+                f"transfers; gpcnn's tables take {megabytes:.1f} MB now"
+            )
+        return lines
 
 
 def check_environment(db: Database | str | None = None) -> EnvironmentReport:
@@ -74,4 +113,6 @@ def check_environment(db: Database | str | None = None) -> EnvironmentReport:
         segments=backend.default_segments(),
         installed=installed,
         probes=probes,
+        schema=db.schema,
+        facts=backend.doctor_facts(),
     )
