@@ -23,6 +23,7 @@ from gpcnn.data.tables import load_images
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs
 from gpcnn.kernel import segment
+from gpcnn.tools import embedded
 
 keras = segment.keras_module()
 SCHEMA = "gpcnn_disk_test"  # gpcnn's own tables, installed here so they can move
@@ -37,10 +38,10 @@ def _mount(path: Path) -> str | None:
         return "the server is not the embedded one on this machine"
     if os.geteuid() != 0:
         return "mounting a small file system needs root"
-    try:  # the embedded server runs as "gpcnn" when the tests run as root
-        uid = pwd.getpwnam("gpcnn").pw_uid
+    try:  # as root the embedded server runs as its own OS user ($GPCNN_SERVER_USER in CI)
+        uid = pwd.getpwnam(embedded.server_user()).pw_uid
     except KeyError:
-        return "no OS user 'gpcnn' runs the server"
+        return f"no OS user {embedded.server_user()!r} runs the server"
     path.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={SIZE},uid={uid},mode=0700", "tmpfs", str(path)],
@@ -60,7 +61,7 @@ def disk(engine):
         pytest.skip(why)
     space = path / "pg"
     space.mkdir()
-    shutil.chown(space, "gpcnn")
+    shutil.chown(space, embedded.server_user())
     admin = sa.create_engine(engine.url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     db = gpcnn.connect(conftest.database_url(), schema=SCHEMA)
     try:
