@@ -110,9 +110,14 @@ def _active(engine, child: Child, like: str = "%") -> list[int]:
         )
 
 
-def _count(engine, sql: str) -> int:
+def _count(engine, sql: str, **params) -> int:
     with engine.connect() as conn:
-        return conn.execute(sa.text(sql)).scalar()
+        return conn.execute(sa.text(sql), params).scalar()
+
+
+def _exists(engine, table: str) -> bool:
+    """Whether the schema-qualified table exists (other tests leave tables of the same name)."""
+    return _count(engine, "SELECT count(*) FROM pg_class WHERE oid = to_regclass(:t)", t=table) > 0
 
 
 def _leftovers(engine) -> dict:
@@ -200,7 +205,7 @@ def test_ctrl_c_during_a_prediction_into_a_table_leaves_no_table(engine, child, 
     child.send(call="predict", table=many_buffers, output=output)
     _interrupted(engine, child, lambda: _active(engine, child, "INSERT INTO%"), warm=True)
     assert _leftovers(engine) == before
-    assert _count(engine, "SELECT count(*) FROM pg_class WHERE relname = 'predicted'") == 0
+    assert not _exists(engine, output)
 
 
 def test_ctrl_c_during_a_load_leaves_no_table_and_no_catalog_row(engine, child):
@@ -209,7 +214,7 @@ def test_ctrl_c_during_a_load_leaves_no_table_and_no_catalog_row(engine, child):
     child.send(call="load", output=output, images=1_500_000)
     _interrupted(engine, child, lambda: _active(engine, child, "COPY%"))
     assert _leftovers(engine) == before
-    assert _count(engine, "SELECT count(*) FROM pg_class WHERE relname = 'loaded'") == 0
+    assert not _exists(engine, output)
     catalog = f"{engine.backend.qschema}.image_tables"
-    rows = f"SELECT count(*) FROM {catalog} WHERE table_name = 'loaded'"
-    assert _count(engine, rows) == 0
+    rows = f"SELECT count(*) FROM {catalog} WHERE table_schema = :s AND table_name = 'loaded'"
+    assert _count(engine, rows, s=DATA_SCHEMA) == 0

@@ -17,6 +17,7 @@ import io
 import os
 import queue
 import secrets
+import signal
 import struct
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -185,7 +186,7 @@ def copy(
     the stream failed, that one, not the driver's report of the COPY it aborted (or, as psycopg2
     sometimes does, no error at all)."""
     try:
-        with connection.cursor() as cursor:
+        with connection.cursor() as cursor, _interrupts_seen(file):
             if params is not None:
                 sql = cursor.mogrify(sql, params).decode()
             cursor.copy_expert(sql, file, size=size)
@@ -201,6 +202,35 @@ def copy(
         raise
     if getattr(file, "error", None) is not None:
         raise file.error
+
+
+@contextlib.contextmanager
+def _interrupts_seen(file) -> Iterator[None]:
+    """Ctrl-C during a ``FROM STDIN`` COPY reaches the caller as the ``KeyboardInterrupt``.
+
+    Python raises it at the first instruction of whatever runs next, often the stream's ``read``
+    before its own ``try``; psycopg2 then clears it and reports the COPY it aborted. So, where
+    SIGINT has Python's default handler (the main thread of a script or a notebook kernel), a
+    handler that also records it on the stream for the duration of the COPY."""
+    default = signal.default_int_handler
+    if (
+        not isinstance(file, CopyStream)
+        or threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not default
+    ):
+        yield
+        return
+
+    def record(signum, frame):
+        if file.error is None:
+            file.error = KeyboardInterrupt()
+        default(signum, frame)
+
+    signal.signal(signal.SIGINT, record)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, default)
 
 
 class ChunkTables(Protocol):
