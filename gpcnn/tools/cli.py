@@ -300,14 +300,14 @@ def cmd_converge(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     """A short preset of the study: one worker, and K=4 without merge, with MADlib's average and
     with BMUF, on real Fashion-MNIST in the embedded database."""
-    from gpcnn.engines import install
+    from gpcnn.engines.install import install
     from gpcnn.tools.environment import check_environment
 
     db = _db(args)
     install(db)  # the quick start sets everything up, upgrades included
     print(check_environment(db), end="\n\n")
     return _study(
-        args, "fashion-mnist", [4], ["single", "none", "average", "bmuf"], [1], args.iterations
+        args, args.dataset, [4], ["single", "none", "average", "bmuf"], [1], args.iterations
     )
 
 
@@ -495,6 +495,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = with_study(
         sub.add_parser("demo", help="the quick-start job (a short study)"), "demo-out", 5
+    )
+    demo.add_argument(
+        "--dataset",
+        default="fashion-mnist",
+        choices=DATASET_NAMES,
+        help="another data set for the same preset (the tests use mnist-sample)",
     )
     demo.set_defaults(func=cmd_demo)
     return parser
