@@ -9,7 +9,7 @@ scikit-learn's searches do, and picks the best by validation accuracy.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sklearn.base import BaseEstimator
@@ -65,6 +65,7 @@ def fit_multiple(
     epochs: int = 1,
     validation_table=None,
     resume: Sequence[int] | None = None,
+    on_start: Callable[[list[int]], None] | None = None,
     **common: Any,
 ) -> list[GreenplumCNN]:
     """Train every configuration (``GreenplumCNN`` parameters; ``common`` are shared) for
@@ -72,7 +73,8 @@ def fit_multiple(
     estimators, in order (``run_id_``, ``history_``). All are checked before any run is made:
     a bad one (unknown optimizer, a model that does not fit the table, a duplicate) is refused
     naming it. ``resume``: the run ids of an earlier call with the same configurations, continued
-    from each one's last stored epoch."""
+    from each one's last stored epoch; ``on_start`` is given them before any training (to keep
+    for a resume after the client is killed)."""
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
     if not configs:
@@ -121,6 +123,8 @@ def fit_multiple(
         if resume is not None:
             hopper.restore(db, member)
         members.append(member)
+    if on_start is not None:
+        on_start([m.run_id for m in members])
     hopper.train(db, info, members, epochs)
     for (est, options, _, _), member in zip(checked, members, strict=True):
         est._adopt(info, member.run_id, member.model_json, options, member.history)
