@@ -5,6 +5,13 @@ per-configuration evaluate and predict. Every test runs in both dispatch modes."
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 import sqlalchemy as sa
@@ -160,3 +167,71 @@ def test_a_search_picks_the_best_configuration_which_evaluates_and_predicts_into
     out = search.predict(VALID, output_table=f"{DATA_SCHEMA}.hopper_pred", replace=True)
     with engine.connect() as conn:
         assert conn.execute(sa.text(f"SELECT count(*) FROM {out}")).scalar() == 60
+
+
+CHILD = """
+import json, sys
+sys.path.insert(0, "tests")
+import gpcnn
+from tiny import dense_net
+url, schema, dispatch, table = sys.argv[1:]
+none = lambda v: None if v == "-" else v
+db = gpcnn.connect(none(url), schema=schema, dispatch=none(dispatch))
+configs = [{"model": dense_net(), "learning_rate": 0.05}, {"model": dense_net(), "learning_rate": 0.01}]
+gpcnn.fit_multiple(db, table, configs, epochs=100, batch_size=16, seed=11, threads_per_segment=1,
+                   on_start=lambda ids: print(json.dumps(ids), flush=True))
+"""
+
+
+def test_a_search_whose_client_is_killed_resumes_from_each_runs_last_epoch_exactly(
+    database, schema
+):
+    """Native dispatch only (a child process's start is the cost; resume in both modes is the
+    test above), on a table of its own."""
+    from conftest import database_url
+
+    engine, table = database, f"{DATA_SCHEMA}.killed"
+    images, labels = learnable_images(90)
+    load_images(engine, table, images, labels, segments=3, buffer_size=30, replace=True,
+                progress=False)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, database_url() or "-", schema, engine.dispatch or "-", table],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    try:
+        ids = json.loads(child.stdout.readline())
+        deadline = time.monotonic() + 300
+        while min(len(runs.load_run(engine, i).iterations) for i in ids) < 1:
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.wait()
+    stored = [len(runs.load_run(engine, i).iterations) for i in ids]
+    epochs = max(stored) + 1
+    configs = [
+        {"model": dense_net(), "learning_rate": 0.05},
+        {"model": dense_net(), "learning_rate": 0.01},
+    ]
+    resumed = gpcnn.fit_multiple(engine, table, configs, epochs=epochs, resume=ids, **COMMON)
+    whole = gpcnn.fit_multiple(engine, table, configs, epochs=epochs, **COMMON)
+    for a, b in zip(whole, resumed, strict=True):
+        np.testing.assert_array_equal(
+            wire.flatten(a.model_.get_weights()), wire.flatten(b.model_.get_weights())
+        )
+    assert all(runs.load_run(engine, i).status == "finished" for i in ids)
+
+
+def test_study_part_h_plans_each_configuration_under_the_hopper_and_each_merge():
+    from gpcnn.study import hopping
+
+    configs = hopping.parse_configurations("momentum:0.01:32, adam:0.001:64")
+    runs_of = hopping.plan("mnist-sample", configs, ["average", "bmuf"], 4, 3, model="bn-cnn")
+    assert list(runs_of) == ["hopper", "average", "bmuf"]
+    assert [(s.optimizer, s.learning_rate, s.batch_size) for s in runs_of["bmuf"]] == configs
+    with pytest.raises(ValueError, match="optimizer:learning_rate:batch_size"):
+        hopping.parse_configurations("momentum:0.01")
+    with pytest.raises(ValueError, match="merges"):
+        hopping.plan("mnist-sample", configs, ["single"], 4, 3)
