@@ -75,8 +75,6 @@ def restore(db: Database, member: Member) -> None:
         raise ValueError(f"{member.label}: run {member.run_id} trained another model")
     member.weights, member.optimizer = stored.weights, stored.optimizer
     member.history = list(stored.iterations)
-    batch = member.options.batch_size
-    member.batches = sum(math.ceil(r["images"] / batch) for r in member.history)
 
 
 def train(db: Database, info: ImageTable, members: Sequence[Member], epochs: int) -> None:
@@ -84,6 +82,9 @@ def train(db: Database, info: ImageTable, members: Sequence[Member], epochs: int
     epoch one after another, the trainings of a hop at once, a session per member."""
     part = plan_slices(db, info, 1, 1).cuts[1][0]
     keys = list(info.keys)
+    for m in members:  # a schedule's step continues after a resume
+        per_epoch = sum(math.ceil(n / m.options.batch_size) for key in part.sizes for n in key)
+        m.batches = len(m.history) * per_epoch
     sessions = {
         m.run_id: db.backend.open_sessions(1, m.options.threads) for m in members
     }  # fmt: skip
@@ -106,6 +107,7 @@ def train(db: Database, info: ImageTable, members: Sequence[Member], epochs: int
 
 
 def _epoch(db, info, keys, part, members, sessions, epoch: int) -> None:
+    """One epoch of ``members``: its hops in turn, then each member's row and checkpoint."""
     started = time.perf_counter()
     done: dict[int, list[dict]] = {m.run_id: [] for m in members}
     with ThreadPoolExecutor(max_workers=len(keys), thread_name_prefix="gpcnn-hop") as pool:
