@@ -13,6 +13,9 @@
 #                               # bmuf (part a's), and average at 4 merges per epoch
 #   bash bench/study.sh g       # label skew alpha 0.1, K = 4: fedprox, scaffold, fedadam beside
 #                               # average (part c's), and gn-cnn (GroupNorm) with average, scaffold
+#   bash bench/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
+#                               # 32, 64) by the model hopper and one after another with average
+#                               # and bmuf, K = 4 (docs/merge.md, "The model hopper")
 #
 # Every part is resumable: rerun it and finished runs are reused, a half-done run continues from
 # its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
@@ -24,7 +27,7 @@
 # its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: bench/study.sh sweep|a|b|c|d|e|f|g}
+part=${1:?usage: bench/study.sh sweep|a|b|c|d|e|f|g|h}
 py=(nice -n "${STUDY_NICE:-0}" .venv/bin/python)
 gpcnn=("${py[@]}" -m gpcnn.tools.cli)
 schema=(--schema gpcnn_study)  # a schema of its own: nothing else upgrades its functions
@@ -116,8 +119,15 @@ g)
   "${gpcnn[@]}" converge "${fashion[@]}" --model gn-cnn "${momentum[@]}" --segments 4 \
     --skew 0.1 --merge average,scaffold --seeds 0,1 --target 0.9 --out "$out/g"
   ;;
+h)
+  # ~12 bn-cnn runs' worth (4 configurations x 3 methods x 15 epochs), about 1.5 h at part a's
+  # 30 s per K = 4 epoch; the hopper's run ids are kept in $out/h/hopper-runs.json to resume.
+  configs="momentum:$(lr momentum):32,momentum:$(lr momentum):64,adam:$(lr adam):32,adam:$(lr adam):64"
+  "${gpcnn[@]}" mop "${fashion[@]}" --optimizer-state local --segments 4 --merge average,bmuf \
+    --configs "$configs" --target 0.9 --out "$out/h"
+  ;;
 *)
-  echo "unknown part $part: sweep, a, b, c, d, e, f or g" >&2
+  echo "unknown part $part: sweep, a, b, c, d, e, f, g or h" >&2
   exit 2
   ;;
 esac

@@ -12,7 +12,7 @@ from gpcnn.data.tables import (
 from gpcnn.data.tables import describe as describe_table
 from gpcnn.engines import Database, connect, release_sessions
 from gpcnn.engines.install import install, uninstall
-from gpcnn.estimator import GreenplumCNN, TrainingError
+from gpcnn.estimator import GreenplumCNN, GreenplumModelSearch, TrainingError, fit_multiple
 from gpcnn.fit.direct_prediction import predict
 from gpcnn.fit.model_library import delete_model, list_models, load_model, store_model
 from gpcnn.fit.runs import delete_runs, list_runs, show_run
@@ -23,6 +23,7 @@ from gpcnn.version import __version__
 __all__ = [
     "Database",
     "GreenplumCNN",
+    "GreenplumModelSearch",
     "ImageTable",
     "TableError",
     "TrainingError",
@@ -33,6 +34,7 @@ __all__ = [
     "delete_runs",
     "describe_table",
     "drop_table",
+    "fit_multiple",
     "install",
     "list_models",
     "list_runs",

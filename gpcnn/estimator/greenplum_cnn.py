@@ -286,16 +286,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         model = self._model()
         check_model_fits(model, info)
         source = validation_source(db, validation_data, model)
-        threads = self.threads_per_segment or db.backend.default_threads(info.segments)
-        options = SegmentOptions(
-            compile=self._compile_options(),
-            image_shape=tuple(info.image_shape),
-            batch_size=int(self.batch_size),
-            shuffle=bool(self.shuffle),
-            seed=self.seed,
-            threads=int(threads),
-            optimizer_state=self.optimizer_state,
-        )
+        options = self._segment_options(db, info)
         model_json, manifest = model.to_json(), wire.manifest(model)
         rule = rules.make_rule(
             self.merge, wire.trainable_mask(manifest), info.segments, **(self.merge_options or {})
@@ -308,13 +299,8 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             self.model_ if warm else model,
         )  # fmt: skip
         self._drop_fitted_models()
-        self.model_ = compiled_model(model_json, options.compile)
-        self.history_ = start.stored.iterations if start.stored is not None else history
-        self.run_id_ = start.run_id
-        self.segments_ = info.segments
-        self.classes_ = np.arange(info.num_classes)
-        self.class_names_ = info.class_names
-        self._model_json, self._options = model_json, options
+        history = start.stored.iterations if start.stored is not None else history
+        self._adopt(info, start.run_id, model_json, options, history)
         validation = Validation(db, source, self.validation_freq, model_json, options)
         plan = loop.Plan(
             db, info, start.run_id, model_json, options, manifest, rule, slices,
@@ -325,6 +311,30 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
             callbacks=callbacks, verbose=self.verbose, total=total,
         )  # fmt: skip
         return self
+
+    def _segment_options(self, db: Database, info: ImageTable) -> SegmentOptions:
+        """What the segments train with, from the parameters (and the table's image shape)."""
+        threads = self.threads_per_segment or db.backend.default_threads(info.segments)
+        return SegmentOptions(
+            compile=self._compile_options(),
+            image_shape=tuple(info.image_shape),
+            batch_size=int(self.batch_size),
+            shuffle=bool(self.shuffle),
+            seed=self.seed,
+            threads=int(threads),
+            optimizer_state=self.optimizer_state,
+        )
+
+    def _adopt(self, info, run_id: int, model_json: str, options, history: list) -> None:
+        """The fitted state of run ``run_id`` (its weights set on ``model_`` later): also how the
+        model hopper hands each configuration's result back as a fitted estimator."""
+        self.model_ = compiled_model(model_json, options.compile)
+        self.history_ = history
+        self.run_id_ = run_id
+        self.segments_ = info.segments
+        self.classes_ = np.arange(info.num_classes)
+        self.class_names_ = info.class_names
+        self._model_json, self._options = model_json, options
 
     # -- in-database evaluation and prediction ------------------------------------------------
 

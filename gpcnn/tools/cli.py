@@ -297,6 +297,26 @@ def cmd_converge(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_mop(args: argparse.Namespace) -> int:
+    """Study part h: configurations trained by the model hopper and one after another merged."""
+    from gpcnn.study import hopping
+
+    runs = hopping.plan(
+        args.dataset,
+        hopping.parse_configurations(args.configs),
+        args.merge,
+        args.segments[0],
+        args.iterations,
+        model=args.model,
+        seed=args.seeds[0],
+        shuffle=args.shuffle,
+        optimizer_state=args.optimizer_state[0],
+    )
+    print(f"MOP against the merge: {sum(map(len, runs.values()))} runs into {args.out}/")
+    print(hopping.run_part(_db(args), runs, args.out, path=args.path, target=args.target))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     """A short preset of the study: one worker, and K=4 without merge, with MADlib's average and
     with BMUF, on real Fashion-MNIST in the embedded database."""
@@ -492,6 +512,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--merges-per-epoch", type=_int_list, default="1", help="comma-separated, e.g. 1,4"
     )
     converge.set_defaults(func=cmd_converge)
+
+    mop = with_study(
+        sub.add_parser("mop", help="the model hopper against the merge (study part h)"),
+        "study-out-h",
+        15,
+    )
+    mop.add_argument("--dataset", required=True, choices=DATASET_NAMES)
+    mop.add_argument("--path", help="file or folder of the dataset (default per dataset)")
+    mop.add_argument("--segments", type=_int_list, default="4", help="K")
+    mop.add_argument(
+        "--merge", type=_choices(RULES), default="average,bmuf", help="rules to compare with"
+    )
+    mop.add_argument(
+        "--configs",
+        required=True,
+        help="optimizer:learning_rate:batch_size items, comma-separated, e.g. momentum:0.01:32",
+    )
+    mop.set_defaults(func=cmd_mop)
 
     demo = with_study(
         sub.add_parser("demo", help="the quick-start job (a short study)"), "demo-out", 5

@@ -1,0 +1,237 @@
+"""The model hopper (``gpcnn.fit_multiple``, ``GreenplumModelSearch``): its schedule when there are
+fewer models than segments or a number that is not a multiple, exactness against one process
+training over the keys in the visiting order, runs and resume, refusals before any training, and
+per-configuration evaluate and predict. Every test runs in both dispatch modes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sqlalchemy as sa
+from test_rules_db import shards
+from tiny import dense_net, learnable_images, tiny_cnn
+
+import gpcnn
+from gpcnn.data.tables import describe, load_images
+from gpcnn.fit import hopper, runs
+from gpcnn.kernel import segment, wire
+
+keras = segment.keras_module()
+
+DATA_SCHEMA = "gpcnn_hopper_test"
+TRAIN = f"{DATA_SCHEMA}.train"  # 2 segments
+WIDE = f"{DATA_SCHEMA}.wide"  # 3 segments
+VALID = f"{DATA_SCHEMA}.valid"
+COMMON = dict(batch_size=16, seed=11, threads_per_segment=1)
+
+
+@pytest.fixture(scope="module")
+def engine(engine_any_dispatch):
+    return engine_any_dispatch
+
+
+@pytest.fixture(scope="module")
+def tables(engine, schema):
+    images, labels = learnable_images(150)
+    for name, segments in ((TRAIN, 2), (WIDE, 3)):
+        load_images(
+            engine, name, images, labels, segments=segments, buffer_size=20, replace=True,
+            progress=False,
+        )  # fmt: skip
+    load_images(engine, VALID, images[:60], labels[:60], segments=2, replace=True, progress=False)
+    return {"train": describe(engine, TRAIN), "wide": describe(engine, WIDE)}
+
+
+def momentum():
+    return keras.optimizers.SGD(0.05, momentum=0.9)
+
+
+def run_count(engine) -> int:
+    with engine.connect() as conn:
+        return conn.execute(sa.text(f"SELECT count(*) FROM {engine.schema}.runs")).scalar()
+
+
+def test_fewer_models_than_segments_leave_segments_idle_and_each_model_visits_every_key():
+    schedule = hopper.hops(2, [10, 11, 12])
+    assert len(schedule) == 3  # K hops per epoch, one segment idle in each
+    assert all(len(hop) == 2 and len(set(hop.values())) == 2 for hop in schedule)
+    for m in range(2):
+        assert sorted(hop[m] for hop in schedule) == [10, 11, 12]
+
+
+def test_more_models_than_segments_not_a_multiple_keep_every_segment_busy_and_models_wait():
+    schedule = hopper.hops(5, [10, 11, 12])
+    assert len(schedule) == 5  # M hops per epoch
+    assert all(sorted(hop.values()) == [10, 11, 12] for hop in schedule)  # no segment idle
+    for m in range(5):
+        visits = [hop[m] for hop in schedule if m in hop]
+        assert sorted(visits) == [10, 11, 12]  # waits M - K = 2 hops
+
+
+def trained_in_process(model, buffers, keys, epochs):
+    """Sequential SGD: one model, one optimizer, over each key's buffers in order, key after key."""
+    local = keras.models.model_from_json(model.to_json())
+    local.set_weights(model.get_weights())
+    local.compile(
+        optimizer=momentum(), loss="sparse_categorical_crossentropy", metrics=["accuracy"]
+    )
+    for epoch in range(epochs):
+        for visit, key in enumerate(keys, start=epoch * len(keys) + 1):
+            segment.seed_everything(local, 11, visit, 0)
+            for images, labels in buffers[key]:
+                x = segment.to_model_input(images)
+                for i in range(0, len(x), 16):
+                    local.train_on_batch(x[i : i + 16], labels[i : i + 16])
+    return wire.flatten(local.get_weights())
+
+
+def test_one_model_under_the_hopper_equals_sequential_training_in_the_visiting_order(
+    engine, tables
+):
+    model = tiny_cnn()
+    [est] = gpcnn.fit_multiple(
+        engine, TRAIN, [{"model": model, "optimizer": momentum()}], epochs=2,
+        learning_rate=None, **COMMON,
+    )  # fmt: skip
+    keys = list(tables["train"].keys)
+    want = trained_in_process(model, shards(engine, tables["train"]), keys, 2)
+    np.testing.assert_array_equal(wire.flatten(est.model_.get_weights()), want)
+    assert [row["images"] for row in est.history_] == [150, 150]
+    assert runs.load_run(engine, est.run_id_).status == "finished"
+
+
+def test_models_rotate_over_three_segments_and_a_resumed_search_equals_an_uninterrupted_one(
+    engine, tables
+):
+    configs = [
+        {"model": dense_net(), "learning_rate": 0.05},
+        {"model": dense_net(), "learning_rate": 0.01},
+    ]
+    whole = gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, validation_table=VALID, **COMMON)
+    assert all([r["images"] for r in est.history_] == [150, 150] for est in whole)
+    assert all("val_accuracy" in est.history_[-1] for est in whole)
+    first = gpcnn.fit_multiple(engine, WIDE, configs, epochs=1, validation_table=VALID, **COMMON)
+    ids = [est.run_id_ for est in first]
+    resumed = gpcnn.fit_multiple(
+        engine, WIDE, configs, epochs=2, validation_table=VALID, resume=ids, **COMMON
+    )
+    for a, b in zip(whole, resumed, strict=True):
+        np.testing.assert_array_equal(
+            wire.flatten(a.model_.get_weights()), wire.flatten(b.model_.get_weights())
+        )
+        assert len(b.history_) == 2
+    assert [est.run_id_ for est in resumed] == ids
+
+
+@pytest.mark.parametrize(
+    "bad, named",
+    [
+        ({"model": dense_net(), "optimizer": "no_such_optimizer"}, "configuration 1"),
+        ({"model": dense_net(classes=4)}, "configuration 1 (model="),
+        ({"model": dense_net(), "merge": "bmuf"}, "the hopper sets merge"),
+    ],
+)
+def test_a_bad_configuration_is_refused_before_any_run_naming_it(engine, tables, bad, named):
+    before = run_count(engine)
+    with pytest.raises(ValueError, match=named.replace("(", r"\(")):
+        gpcnn.fit_multiple(engine, TRAIN, [{"model": dense_net()}, bad], **COMMON)
+    assert run_count(engine) == before
+
+
+def test_a_duplicate_configuration_is_refused_naming_both(engine, tables):
+    net = dense_net()
+    configs = [{"model": net, "learning_rate": 0.1}, {"model": net, "learning_rate": 0.1}]
+    with pytest.raises(ValueError, match=r"configuration 1 .* duplicates configuration 0"):
+        gpcnn.fit_multiple(engine, TRAIN, configs, **COMMON)
+
+
+def test_a_search_picks_the_best_configuration_which_evaluates_and_predicts_into_a_table(
+    engine, tables
+):
+    search = gpcnn.GreenplumModelSearch(
+        {"learning_rate": [0.0001, 0.1], "batch_size": [16]},
+        epochs=2, validation_table=VALID, database=engine,
+        estimator_params={"model": dense_net(), "seed": 11, "threads_per_segment": 1},
+    )  # fmt: skip
+    search.fit(TRAIN)
+    assert len(search.estimators_) == 2 and sorted(search.cv_results_["rank"]) == [1, 2]
+    assert search.best_params_["learning_rate"] == 0.1
+    assert 0 <= search.estimators_[0].evaluate(VALID)["accuracy"] <= 1
+    out = search.predict(VALID, output_table=f"{DATA_SCHEMA}.hopper_pred", replace=True)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text(f"SELECT count(*) FROM {out}")).scalar() == 60
+
+
+CHILD = """
+import json, sys
+sys.path.insert(0, "tests")
+import gpcnn
+from tiny import dense_net
+url, schema, dispatch, table = sys.argv[1:]
+none = lambda v: None if v == "-" else v
+db = gpcnn.connect(none(url), schema=schema, dispatch=none(dispatch))
+configs = [{"model": dense_net(), "learning_rate": 0.05}, {"model": dense_net(), "learning_rate": 0.01}]
+gpcnn.fit_multiple(db, table, configs, epochs=100, batch_size=16, seed=11, threads_per_segment=1,
+                   on_start=lambda ids: print(json.dumps(ids), flush=True))
+"""
+
+
+def test_a_search_whose_client_is_killed_resumes_from_each_runs_last_epoch_exactly(
+    database, schema
+):
+    """Native dispatch only (a child process's start is the cost; resume in both modes is the
+    test above), on a table of its own."""
+    from conftest import database_url
+
+    engine, table = database, f"{DATA_SCHEMA}.killed"
+    images, labels = learnable_images(90)
+    load_images(engine, table, images, labels, segments=3, buffer_size=30, replace=True,
+                progress=False)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, database_url() or "-", schema, engine.dispatch or "-", table],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
+    )
+    try:
+        ids = json.loads(child.stdout.readline())
+        deadline = time.monotonic() + 300
+        while min(len(runs.load_run(engine, i).iterations) for i in ids) < 1:
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+    finally:
+        child.kill()
+        child.wait()
+    stored = [len(runs.load_run(engine, i).iterations) for i in ids]
+    epochs = max(stored) + 1
+    configs = [
+        {"model": dense_net(), "learning_rate": 0.05},
+        {"model": dense_net(), "learning_rate": 0.01},
+    ]
+    resumed = gpcnn.fit_multiple(engine, table, configs, epochs=epochs, resume=ids, **COMMON)
+    whole = gpcnn.fit_multiple(engine, table, configs, epochs=epochs, **COMMON)
+    for a, b in zip(whole, resumed, strict=True):
+        np.testing.assert_array_equal(
+            wire.flatten(a.model_.get_weights()), wire.flatten(b.model_.get_weights())
+        )
+    assert all(runs.load_run(engine, i).status == "finished" for i in ids)
+
+
+def test_study_part_h_plans_each_configuration_under_the_hopper_and_each_merge():
+    from gpcnn.study import hopping
+
+    configs = hopping.parse_configurations("momentum:0.01:32, adam:0.001:64")
+    runs_of = hopping.plan("mnist-sample", configs, ["average", "bmuf"], 4, 3, model="bn-cnn")
+    assert list(runs_of) == ["hopper", "average", "bmuf"]
+    assert [(s.optimizer, s.learning_rate, s.batch_size) for s in runs_of["bmuf"]] == configs
+    with pytest.raises(ValueError, match="optimizer:learning_rate:batch_size"):
+        hopping.parse_configurations("momentum:0.01")
+    with pytest.raises(ValueError, match="merges"):
+        hopping.plan("mnist-sample", configs, ["single"], 4, 3)
