@@ -1,17 +1,20 @@
 """One epoch of Fashion-MNIST (60,000 images, ``models.small_cnn``, plain SGD): plain Keras
-against gpcnn, in one run, repetitions interleaved (issue 12).
+against gpcnn, in one run, repetitions interleaved (issues 12 and 26).
 
-    .venv/bin/python bench/epoch.py [--repeats 5] [--batches 32 100] [--out bench/epoch.json]
+    .venv/bin/python bench/epoch.py [--repeats 7] [--batches 32 100] [--metrics accuracy none]
+        [--out bench/epoch.json]
 
 Variants, per batch size: Keras ``fit`` with 2 and with 1 TensorFlow thread, a ``train_on_batch``
 loop with 2 threads (what a segment runs), gpcnn K = 1 with 2 threads and K = 2 with 1 thread per
-segment (one iteration = one epoch, ``merges_per_epoch=1``). The plain variants are compiled with
-the loss and accuracy that gpcnn computes for every batch (without the metric Keras would do less
-work than gpcnn is asked to). They run in two worker processes (TF's thread count is fixed per
-process), kept for the whole run; every variant is warmed up once (tracing, TF and the model in
-the backends) before round 1. Each round runs every variant once; the report gives medians and
-the two targets as median ratios within the run: K = 1 against ``fit`` with 2 threads (≤ 1.05),
-K = 2 against the 2-core limit, one-thread ``fit`` ÷ 2 (≤ 1.10).
+segment (one iteration = one epoch, ``merges_per_epoch=1``), each compiled with the loss and
+accuracy (``accuracy``, gpcnn's default: it computes them for every batch) and with the loss alone
+(``none``: ``metrics=()``), so that what the metric costs each side shows. They run in two
+worker processes (TF's thread count is fixed per process), kept for the whole run; every variant
+is warmed up once (tracing, TF and the model in the backends) before round 1. Each round runs
+every variant once; the report gives medians and, per batch size and metrics, the two targets as
+median ratios within the run: K = 1 against ``fit`` with 2 threads and the same metrics
+(≤ 1.05), K = 2 against the 2-core limit, one-thread ``fit`` ÷ 2 (≤ 1.10), and the load
+(``os.getloadavg``) before and after.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 SCHEMA = "gpcnn_bench_epoch"
 LEARNING_RATE = 0.05
+METRICS = {"accuracy": ["accuracy"], "none": []}
 
 
 def worker(threads: int) -> int:
-    """Answer ``{"variant", "batch"}`` lines with the seconds of one epoch, TF on ``threads``."""
+    """Answer ``{"variant", "batch", "metrics"}`` lines with the seconds of one epoch, TF on
+    ``threads``."""
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     from gpcnn.data.datasets import load_fashion_mnist
     from gpcnn.kernel import segment
@@ -46,16 +51,15 @@ def worker(threads: int) -> int:
     print("ready", flush=True)
     for line in sys.stdin:
         request = json.loads(line)
-        batch = int(request["batch"])
-        model = models.get(batch)
+        batch, metrics = int(request["batch"]), list(request["metrics"])
+        model = models.get((batch, *metrics))
         if model is None:
             keras.utils.set_random_seed(0)
-            model = models[batch] = small_cnn()
-            # The metrics gpcnn keeps per batch (its history has loss and accuracy).
+            model = models[(batch, *metrics)] = small_cnn()
             model.compile(
                 keras.optimizers.SGD(LEARNING_RATE),
                 "sparse_categorical_crossentropy",
-                metrics=["accuracy"],
+                metrics=metrics,
             )
         started = time.perf_counter()
         if request["variant"] == "fit":
@@ -68,9 +72,12 @@ def worker(threads: int) -> int:
 
 
 class Worker:
-    def __init__(self, threads: int) -> None:
+    """A persistent ``script --worker threads`` process: a JSON request per line, seconds back
+    (``bench/predict.py`` runs its plain Keras this way too)."""
+
+    def __init__(self, threads: int, script: str = __file__) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, __file__, "--worker", str(threads)],
+            [sys.executable, script, "--worker", str(threads)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -78,8 +85,8 @@ class Worker:
         while self.process.stdout.readline().strip() != "ready":
             pass
 
-    def epoch(self, variant: str, batch: int) -> float:
-        self.process.stdin.write(json.dumps({"variant": variant, "batch": batch}) + "\n")
+    def seconds(self, **request) -> float:
+        self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
         return float(self.process.stdout.readline())
 
@@ -90,8 +97,11 @@ class Worker:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--batches", type=int, nargs="+", default=[32, 100])
+    parser.add_argument(
+        "--metrics", nargs="+", choices=sorted(METRICS), default=["accuracy", "none"]
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/epoch.json"))
     parser.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -115,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     workers = {threads: Worker(threads) for threads in (1, 2)}
 
-    def gpcnn_epoch(k: int, threads: int, batch: int) -> float:
+    def gpcnn_epoch(k: int, threads: int, batch: int, metrics: list[str]) -> float:
         est = GreenplumCNN(
             small_cnn(),
+            metrics=metrics,
             iterations=1,
             batch_size=batch,
             optimizer="sgd",
@@ -133,35 +144,47 @@ def main(argv: list[str] | None = None) -> int:
         return est.history_[-1]["seconds"]
 
     variants = {
-        "fit 2 threads": lambda b: workers[2].epoch("fit", b),
-        "fit 1 thread": lambda b: workers[1].epoch("fit", b),
-        "train_on_batch loop 2 threads": lambda b: workers[2].epoch("loop", b),
-        "gpcnn K=1, 2 threads": lambda b: gpcnn_epoch(1, 2, b),
-        "gpcnn K=2, 1 thread each": lambda b: gpcnn_epoch(2, 1, b),
+        "fit 2 threads": lambda b, m: workers[2].seconds(variant="fit", batch=b, metrics=m),
+        "fit 1 thread": lambda b, m: workers[1].seconds(variant="fit", batch=b, metrics=m),
+        "train_on_batch loop 2 threads": lambda b, m: workers[2].seconds(
+            variant="loop", batch=b, metrics=m
+        ),
+        "gpcnn K=1, 2 threads": lambda b, m: gpcnn_epoch(1, 2, b, m),
+        "gpcnn K=2, 1 thread each": lambda b, m: gpcnn_epoch(2, 1, b, m),
     }
-    times = {(name, b): [] for name in variants for b in args.batches}
+    cases = [(b, m) for b in args.batches for m in args.metrics]
+    times = {(name, case): [] for name in variants for case in cases}
+    load_before = os.getloadavg()
     for round_ in range(args.repeats + 1):
-        for batch in args.batches:
+        for batch, metrics in cases:
             for name, run in variants.items():
-                seconds = run(batch)
+                seconds = run(batch, METRICS[metrics])
                 if round_:
-                    times[(name, batch)].append(seconds)
-                print(f"round {round_} batch {batch} {name}: {seconds:.2f} s", flush=True)
+                    times[(name, (batch, metrics))].append(seconds)
+                print(
+                    f"round {round_} batch {batch} metrics {metrics} {name}: {seconds:.2f} s",
+                    flush=True,
+                )
     for w in workers.values():
         w.close()
-    report = {"repeats": args.repeats, "batches": {}}
-    for batch in args.batches:
-        medians = {name: statistics.median(times[(name, batch)]) for name in variants}
-        report["batches"][batch] = {
+    report = {
+        "repeats": args.repeats,
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "cases": {},
+    }
+    for case in cases:
+        medians = {name: statistics.median(times[(name, case)]) for name in variants}
+        report["cases"][f"batch {case[0]}, metrics {case[1]}"] = {
             "medians": medians,
-            "all": {name: times[(name, batch)] for name in variants},
+            "all": {name: times[(name, case)] for name in variants},
             "k1_over_fit2": medians["gpcnn K=1, 2 threads"] / medians["fit 2 threads"],
             "k2_over_limit": medians["gpcnn K=2, 1 thread each"] / (medians["fit 1 thread"] / 2),
         }
     args.out.write_text(json.dumps(report, indent=1))
     print(
         json.dumps(
-            {b: {k: v for k, v in r.items() if k != "all"} for b, r in report["batches"].items()},
+            {c: {k: v for k, v in r.items() if k != "all"} for c, r in report["cases"].items()},
             indent=1,
         )
     )

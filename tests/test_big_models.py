@@ -17,7 +17,7 @@ from conftest import TEST_SCHEMA, database_url
 from test_training import estimator, reference, shards
 
 import gpcnn
-from gpcnn.data.tables import load_images
+from gpcnn.data.tables import load_images, read_images
 from gpcnn.engines import migrations
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.transport import (
@@ -105,6 +105,28 @@ def test_a_multi_chunk_model_trains_to_the_reference_and_resumes_from_chunks(chu
     with estimator(chunked, TEST_SCHEMA, model, iterations=2) as resumed:
         resumed.fit(table, resume=first.run_id_)
     np.testing.assert_array_equal(wire.flatten(resumed.model_.get_weights()), got)
+
+
+def test_a_multi_chunk_model_predicts_as_keras_does_into_arrays_and_into_a_table(chunked, table):
+    """Prediction receives its weights in chunks, as training its start (issue 26: never one
+    value, so no size limit below training's): the 63-chunk model predicts each image of both
+    keys as Keras does, back to the client and written into a table; no transfer stays."""
+    model = wide_model()
+    x, _, ids = read_images(chunked, table, ids=True)
+    local = np.asarray(model.predict(segment.to_model_input(x), verbose=0))
+    back = gpcnn.predict(chunked, model, table, pred_type="prob", threads_per_segment=1)
+    np.testing.assert_allclose(back, local, atol=1e-6)
+    out = f"{DATA_SCHEMA}.wide_predicted"
+    gpcnn.predict(chunked, model, table, output_table=out, pred_type="topk", top_k=2, replace=True)
+    with chunked.connect() as conn:
+        rows = conn.execute(sa.text(f"SELECT id, rank, class_value, prob FROM {out}")).all()
+        left = conn.execute(sa.text(f"SELECT count(*) FROM {TEST_SCHEMA}.transfers")).scalar()
+    by_id = dict(zip(ids.tolist(), local, strict=True))
+    assert len(rows) == 2 * len(ids) and left == 0
+    for r in rows:
+        order = np.argsort(-by_id[r.id], kind="stable")
+        assert r.class_value == int(order[r.rank - 1])
+        assert r.prob == pytest.approx(float(by_id[r.id][r.class_value]), abs=1e-6)
 
 
 def _statements(log: str) -> list[str]:

@@ -567,10 +567,15 @@ def test_predict_after_training_in_the_same_process_uses_the_given_weights():
     x = rng.integers(0, 256, (8, 8, 8, 1), dtype=np.uint8).tobytes()
     y = rng.integers(0, 3, 8).astype("<i4").tobytes()
     weights = wire.model_to_bytes(model)
-    before = segment.predict(x, 8, model.to_json(), options, weights)
-    training = json.dumps(
-        {**json.loads(options), "transfer": 1, "vector_size": len(weights) // 4, "shard_keys": [0]}
-    )
+    sent = {**json.loads(options), "vector_size": len(weights) // 4, "shard_keys": [0]}
+
+    def predict(transfer: int) -> bytes:
+        predicting = json.dumps({**sent, "transfer": transfer})
+        state = segment.predict_transition(None, 0, 0, weights, x, 8, model.to_json(), predicting)
+        return segment.predicted(state)
+
+    before = predict(2)
     # the start arrives as one chunk with the first (here: only) buffer
+    training = json.dumps({**sent, "transfer": 1})
     segment.train_transition(None, 0, 0, weights, x, y, 8, model.to_json(), training, 8)
-    assert segment.predict(x, 8, model.to_json(), options, weights) == before
+    assert predict(3) == before

@@ -301,37 +301,45 @@ class Backend:
         """Each key's buffers through ``evaluate``, the weights joined to the key's first buffer
         as for training (from ``transfers``, or ``stored`` in a checkpoint); "merge" adds the K
         small states in shard order."""
-        s, table_sql = text_safe(self.qschema), text_safe(table_sql)
+        s = text_safe(self.qschema)
         inner = (
             f"SELECT t.__dist_key__ AS key, {s}.evaluate(t.__dist_key__, c.chunk, c.data, t.x, "
             "t.y, t.n, :model, :options ORDER BY t.buffer_id, c.chunk) AS state "
-            f"FROM {table_sql} t "
-            f"JOIN (SELECT __dist_key__ AS key, min(buffer_id) AS first_buffer FROM {table_sql} "
-            "GROUP BY __dist_key__) p ON t.__dist_key__ = p.key "
-            f"LEFT JOIN {self._vectors_sql(stored)} "
-            f"AND c.__dist_key__ = {EVERY_KEY} AND t.buffer_id = p.first_buffer "
-            "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[])) GROUP BY t.__dist_key__"
+            f"{self._weighted_buffers_sql(table_sql, stored)} GROUP BY t.__dist_key__"
         )
         if outer == "merge":
             return f"SELECT {s}.merge(q.state ORDER BY {SHARD_ORDER % 'q'}) FROM ({inner}) q"
         return inner
 
-    def weights_sql(self) -> str:
-        """The weights of transfer ``:transfer`` as one value, assembled on the server, for
-        prediction (a plain function per buffer, not an aggregate that could take chunks): not
-        in the statement text, but one field, so for models well below 1 GB."""
+    def _weighted_buffers_sql(self, table_sql: str, stored: bool = False) -> str:
+        """FROM and WHERE of the group's buffers (``t``) with the one vector for every key joined
+        to each key's first buffer, one row per chunk (``c``): how evaluation and prediction
+        receive their weights, as training receives its start."""
+        table_sql = text_safe(table_sql)
         return (
-            f"(SELECT string_agg(w.data, ''::bytea ORDER BY w.chunk) FROM "
-            f"{text_safe(self.qschema)}.transfers w WHERE w.transfer_id = :transfer "
-            f"AND w.__dist_key__ = {EVERY_KEY})"
+            f"FROM {table_sql} t "
+            f"JOIN (SELECT __dist_key__ AS key, min(buffer_id) AS first_buffer FROM {table_sql} "
+            "GROUP BY __dist_key__) p ON t.__dist_key__ = p.key "
+            f"LEFT JOIN {self._vectors_sql(stored)} "
+            f"AND c.__dist_key__ = {EVERY_KEY} AND t.buffer_id = p.first_buffer "
+            "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[]))"
+        )
+
+    def _predicted_sql(self, table_sql: str, column: str) -> str:
+        """``column`` of each buffer of the group's keys and its class probabilities ``p``: the
+        ``predict`` window runs over each key's buffers in order, the weights of transfer
+        ``:transfer`` in chunks before the first (never one value: no size limit below
+        training's); only a buffer's last row carries ``p``."""
+        return (
+            f"SELECT q.{column}, q.p FROM (SELECT t.{column}, "
+            f"{text_safe(self.qschema)}.predict(t.__dist_key__, c.chunk, c.data, t.x, t.n, "
+            ":model, :options) OVER (PARTITION BY t.__dist_key__ ORDER BY t.buffer_id, c.chunk "
+            f"ROWS UNBOUNDED PRECEDING) AS p {self._weighted_buffers_sql(table_sql)}) q "
+            "WHERE q.p IS NOT NULL"
         )
 
     def prediction_sql(self, table_sql: str) -> str:
-        return (
-            f"SELECT t.buffer_id, {text_safe(self.qschema)}.predict(t.x, t.n, :model, :options, "
-            f"{self.weights_sql()}) FROM {text_safe(table_sql)} t "
-            "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[]))"
-        )
+        return self._predicted_sql(table_sql, "buffer_id")
 
     # Output tables of predictions, MADlib's columns per pred_type.
     PREDICTION_COLUMNS: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -354,17 +362,16 @@ class Backend:
         return f"CREATE TABLE {table.sql(self)} ({columns}){self.distribution('id')}"
 
     def insert_predictions_sql(self, source_sql: str, target_sql: str, pred_type: str) -> str:
-        """Predictions of one group of keys, computed where the rows are (``predict_rows`` in the
-        select list of a subquery, so it runs once per buffer) and inserted without leaving the
-        server; ``:names`` are the class names, indexed by class value."""
+        """Predictions of one group of keys, computed where the rows are (``prediction_rows`` in
+        the select list of a subquery, once per buffer) and inserted without leaving the server;
+        ``:names`` are the class names, indexed by class value."""
         columns = self.PREDICTION_COLUMNS[pred_type]
         value = {"class_name": "(CAST(:names AS text[]))[(r.p).class_value + 1]"}
         selected = ", ".join(value.get(c, f"(r.p).{c}") for c in columns)
         return (
             f"INSERT INTO {text_safe(target_sql)} ({', '.join(columns)}) SELECT {selected} FROM "
-            f"(SELECT {text_safe(self.qschema)}.predict_rows(t.x, t.n, t.ids, :model, :options, "
-            f"{self.weights_sql()}, :top_k) AS p FROM {text_safe(source_sql)} t "
-            "WHERE t.__dist_key__ = ANY(CAST(:group AS integer[]))) r"
+            f"(SELECT {text_safe(self.qschema)}.prediction_rows(b.p, b.ids, :top_k) AS p FROM "
+            f"({self._predicted_sql(source_sql, 'ids')}) b) r"
         )
 
     def run_statement(self, sessions: SegmentSessions, sql: str, params: dict, keys) -> None:

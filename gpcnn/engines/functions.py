@@ -41,6 +41,7 @@ _ROW_ARGS = (("x", "bytea"), ("y", "bytea"), ("n", "integer"))
 _MODEL_ARGS = (("model_json", "text"), ("options_json", "text"))
 _EVAL_ARGS = (*_START_ARGS, *_ROW_ARGS, *_MODEL_ARGS)
 _TRAIN_ARGS = (*_EVAL_ARGS, ("expected", "bigint"))
+_PREDICT_ARGS = (*_START_ARGS, ("x", "bytea"), ("n", "integer"), *_MODEL_ARGS)
 _MERGE_CHUNK_ARGS = (("chunk", "integer"), ("count", "bigint"), ("data", "bytea"))
 
 FUNCTIONS = (
@@ -79,31 +80,18 @@ FUNCTIONS = (
         "segment.merge_chunk_final(state)",
     ),
     Function(
-        "predict",
-        (
-            ("x", "bytea"),
-            ("n", "integer"),
-            ("model_json", "text"),
-            ("options_json", "text"),
-            ("weights", "bytea"),
-        ),
+        "predict_transition",
+        (("state", "bytea"), *_PREDICT_ARGS),
         "bytea",
-        "segment.predict(x, n, model_json, options_json, weights)",
-        strict=True,
+        "segment.on_segment(key, segment.predict_transition, state, key, chunk, data, x, n, "
+        "model_json, options_json)",
     ),
+    Function("predicted", (("state", "bytea"),), "bytea", "segment.predicted(state)"),
     Function(
-        "predict_rows",
-        (
-            ("x", "bytea"),
-            ("n", "integer"),
-            ("ids", "bytea"),
-            ("model_json", "text"),
-            ("options_json", "text"),
-            ("weights", "bytea"),
-            ("top_k", "integer"),
-        ),
+        "prediction_rows",
+        (("probabilities", "bytea"), ("ids", "bytea"), ("top_k", "integer")),
         "TABLE (id bigint, rank integer, class_value integer, prob double precision)",
-        "segment.predict_rows(x, n, ids, model_json, options_json, weights, top_k)",
+        "segment.prediction_rows(probabilities, ids, top_k)",
         strict=True,
     ),
     Function(
@@ -154,7 +142,8 @@ def aggregates_ddl(qschema: str) -> list[str]:
     function: the start vector arrives as the first rows of the group, and the trained vector
     waits in the process that trained it, so a group is never split across processes.
     ``merge`` adds small states and applies ``final_state``; ``merge_chunks`` merges one chunk of
-    the segments' vectors (or, for chunk -1, their small states)."""
+    the segments' vectors (or, for chunk -1, their small states). ``predict`` runs as a window
+    over a key's buffers (one output per row): its weights arrive like ``train``'s start."""
 
     def aggregate(name: str, args: tuple[tuple[str, str], ...], sfunc: str, extra: str) -> str:
         types = ", ".join(sql_type for _, sql_type in args)
@@ -166,6 +155,9 @@ def aggregates_ddl(qschema: str) -> list[str]:
     return [
         aggregate("train", _TRAIN_ARGS, "train_transition", ""),
         aggregate("evaluate", _EVAL_ARGS, "evaluate_transition", ""),
+        aggregate(
+            "predict", _PREDICT_ARGS, "predict_transition", f", FINALFUNC = {qschema}.predicted"
+        ),
         aggregate(
             "merge",
             (("state", "bytea"),),

@@ -52,11 +52,13 @@ def rows_per_image(pred_type: str, top_k: int | None, classes: int) -> int:
 def _sent(
     db: Database, info: ImageTable, model_json: str, options: SegmentOptions, weights: np.ndarray
 ) -> Iterator[dict]:
-    """The prediction statement's parameters, ``weights`` in ``transfers`` while it runs."""
+    """The prediction statement's parameters, ``weights`` in ``transfers`` (in chunks, as a
+    training start) while it runs."""
     with transport.sent(db.backend, weights) as transfer:
+        options = options.replace(image_shape=info.image_shape)
         yield {
             "model": model_json,
-            "options": options.replace(image_shape=info.image_shape).to_json(),
+            "options": options.with_transport(transfer, weights.size).to_json(),
             "transfer": transfer,
         }
 

@@ -539,45 +539,58 @@ def evaluate_transition(
     return encode_state(header)
 
 
-def _set_weights(model: Any, weights: bytes | np.ndarray, digest: str | None = None) -> None:
-    """Load weights into the cached model; ``digest`` names them for ``predict`` (None: unnamed,
-    as when training changes them)."""
+def _set_weights(model: Any, weights: bytes | np.ndarray) -> None:
+    """Load weights into the cached model."""
     wire.set_model_weights(model, weights)
-    model._gpcnn_weights_digest = digest
 
 
-def _probabilities(x: bytes, n: int, model_json: str, options_json: str, weights: bytes):
-    options = SegmentOptions.from_json(options_json)
-    model = build_model(model_json, options)
-    digest = hashlib.sha256(weights).hexdigest()  # a plain call per row: load only on a change
-    if getattr(model, "_gpcnn_weights_digest", None) != digest:
-        _set_weights(model, weights, digest)
-    images = to_model_input(decode_images(x, n, list(options.image_shape)))
-    return np.asarray(model.predict_on_batch(images), dtype="<f4")
-
-
-def predict(x: bytes, n: int, model_json: str, options_json: str, weights: bytes) -> bytes:
-    """Class probabilities of one buffer, float32 (n, classes) little-endian bytes."""
-    return _probabilities(x, n, model_json, options_json, weights).tobytes()
-
-
-def predict_rows(
+def predict_transition(
+    state: bytes | None,
+    key: int,
+    chunk: int | None,
+    data: bytes | None,
     x: bytes,
     n: int,
-    ids: bytes,
     model_json: str,
     options_json: str,
-    weights: bytes,
-    top_k: int,
+) -> bytes:
+    """One row of a segment's prediction, a window aggregate over the key's buffers in order: the
+    weights arrive in chunks with the first buffer, as training's start does (never one value,
+    so any model training can store predicts); each buffer's class probabilities (float32
+    (n, classes) little-endian) ride in the state's payload until the next row, for
+    ``predicted``."""
+    options = SegmentOptions.from_json(options_json)
+    header, ready = _next_row(state, key, chunk, data, options)
+    if not ready:
+        return encode_state(header)
+    model = build_model(model_json, options)
+    if not header["started"]:
+        _set_weights(model, _take_start(header, options, key))
+    images = to_model_input(decode_images(x, n, list(options.image_shape)))
+    probabilities = np.asarray(model.predict_on_batch(images), dtype="<f4")
+    return _pack(STATE_MAGIC, header, probabilities.tobytes())
+
+
+def predicted(state: bytes | None) -> bytes | None:
+    """The probabilities of the buffer the row completed; None on the rows of the weights' other
+    chunks."""
+    if state is None:
+        return None
+    return bytes(_unpack(state, STATE_MAGIC)[1]) or None
+
+
+def prediction_rows(
+    probabilities: bytes, ids: bytes, top_k: int
 ) -> list[tuple[int, int, int, float]]:
     """(id, rank, class, probability) of each image's ``top_k`` most probable classes, rank 1
     the prediction (ties: the lower class first), for predictions written into a table."""
-    probabilities = _probabilities(x, n, model_json, options_json, weights)
-    top_k = min(int(top_k), probabilities.shape[1])
-    order = np.argsort(-probabilities, axis=1, kind="stable")[:, :top_k]
     image_ids = np.frombuffer(ids, dtype="<i8")
+    n = image_ids.size
+    table = np.frombuffer(probabilities, dtype="<f4").reshape(n, -1)
+    top_k = min(int(top_k), table.shape[1])
+    order = np.argsort(-table, axis=1, kind="stable")[:, :top_k]
     return [
-        (int(image_ids[i]), rank + 1, int(c), float(probabilities[i, c]))
+        (int(image_ids[i]), rank + 1, int(c), float(table[i, c]))
         for i in range(n)
         for rank, c in enumerate(order[i])
     ]
