@@ -2,6 +2,8 @@
 
     .venv/bin/python bench/overhead.py [--sizes 0.1 1 10 25 100] [--segments 2 4] \
         [--big 250] [--repeats 5] [--chunk-bytes N] [--out bench/overhead.json]
+    .venv/bin/python bench/overhead.py --sizes 1 25 --segments 2 --big \
+        --urls embedded postgresql://gpadmin@host:5432/db     # engines interleaved per round
     .venv/bin/python bench/overhead.py --memory 25 2      # one memory measurement (own process)
     .venv/bin/python bench/overhead.py --storage 25 100   # disk use after 100 iterations at 25M
 
@@ -198,48 +200,64 @@ def in_process(model, segments: int, chunk_values: int) -> dict[str, float]:
     return {"train": train, "set": set_seconds, "get": get_seconds, "chunks": chunks}
 
 
-def measure(sizes, segments, big, repeats, connection: dict) -> list[dict]:
-    db = gpcnn.connect(**connection)
-    gpcnn.install(db)
+def measure(sizes, segments, big, repeats, connection: dict, urls=(None,)) -> list[dict]:
+    """Rounds of every configuration on every URL (None: ``$GPCNN_DATABASE_URL`` or the embedded
+    cluster), interleaved: round r runs each configuration once on each engine in turn, so a
+    drift of the shared machine falls on all alike."""
+    handles = {url: gpcnn.connect(url, **connection) for url in urls}
+    for db in handles.values():
+        gpcnn.install(db)
     configs = [(m, k) for m in sizes for k in segments] + [(m, 2) for m in big]
-    tables = {k: table_for(db, k) for k in sorted({k for _, k in configs})}
-    results = {c: defaultdict(list) for c in configs}
+    ks = sorted({k for _, k in configs})
+    tables = {url: {k: table_for(db, k) for k in ks} for url, db in handles.items()}
+    results = {(url, c): defaultdict(list) for url in urls for c in configs}
     for round_ in range(1, repeats + 1):
         for million, k in configs:
-            model = dense_model(million)
-            est = estimator(db, model, iterations=3)
-            TIMED.clear()
-            with est:
-                est.fit(tables[k], callbacks=[SteadyIteration()])
-            # Now, not at the end: a run that stops early leaves no gigabytes of checkpoints.
-            runs.delete_runs(db, [est.run_id_])
-            # Fresh segment processes for the next configuration: idle ones would keep their
-            # big models cached (five 100M-weight backends are ~8 GB).
-            gpcnn.release_sessions()
-            got = results[(million, k)]
-            for part, values in TIMED.items():
-                got[part].append(sum(values))
-            # the history row's seconds end before the row is stored
-            got["seconds"].append(est.history_[-1]["seconds"] + got["row"][-1])
-            local = in_process(model, k, db.backend.chunk_values)
-            for part, value in local.items():
-                got[f"local_{part}"].append(value)
-            got["fixed"].append(got["seconds"][-1] - local["train"])
-            parts = ", ".join(f"{p} {got[p][-1]:.3f}" for p in PARTS if p in got)
-            print(
-                f"round {round_} {million}M K={k}: {got['seconds'][-1]:.3f} s, "
-                f"fixed {got['fixed'][-1]:.3f} s ({parts})",
-                flush=True,
-            )
-            del est, model
-            keras.backend.clear_session()
+            for url, db in handles.items():
+                got = results[(url, (million, k))]
+                seconds, parts = _one_fit(db, tables[url][k], million, k, got)
+                engine = f" {db.backend.kind}" if len(handles) > 1 else ""
+                print(
+                    f"round {round_} {million}M K={k}{engine}: {seconds:.3f} s, "
+                    f"fixed {got['fixed'][-1]:.3f} s ({parts})",
+                    flush=True,
+                )
     rows = []
-    for (million, k), got in results.items():
+    for (url, (million, k)), got in results.items():
         model_bytes = 4 * sum(wire.sizes(wire.manifest(dense_model(million))))
         medians = {part: statistics.median(values) for part, values in got.items()}
         medians["mb_per_s"] = model_bytes / 1e6 / medians["fixed"]
-        rows.append({"million": million, "segments": k, "model_bytes": model_bytes, **medians})
+        engine = {"engine": handles[url].backend.kind} if len(handles) > 1 else {}
+        rows.append(
+            {"million": million, "segments": k, **engine, "model_bytes": model_bytes, **medians}
+        )
     return rows
+
+
+def _one_fit(db, table: str, million: float, k: int, got: dict) -> tuple[float, str]:
+    """One fit of three iterations; its steady iteration's parts appended to ``got``."""
+    model = dense_model(million)
+    est = estimator(db, model, iterations=3)
+    TIMED.clear()
+    with est:
+        est.fit(table, callbacks=[SteadyIteration()])
+    # Now, not at the end: a run that stops early leaves no gigabytes of checkpoints.
+    runs.delete_runs(db, [est.run_id_])
+    # Fresh segment processes for the next configuration: idle ones would keep their
+    # big models cached (five 100M-weight backends are ~8 GB).
+    gpcnn.release_sessions()
+    for part, values in TIMED.items():
+        got[part].append(sum(values))
+    # the history row's seconds end before the row is stored
+    got["seconds"].append(est.history_[-1]["seconds"] + got["row"][-1])
+    local = in_process(model, k, db.backend.chunk_values)
+    for part, value in local.items():
+        got[f"local_{part}"].append(value)
+    got["fixed"].append(got["seconds"][-1] - local["train"])
+    parts = ", ".join(f"{p} {got[p][-1]:.3f}" for p in PARTS if p in got)
+    del est, model
+    keras.backend.clear_session()
+    return got["seconds"][-1], parts
 
 
 def _hwm(pid: int) -> int:
@@ -372,25 +390,28 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-ROUND_LINE = re.compile(r"round (\d+) ([\d.]+)M K=(\d+): ([\d.]+) s, fixed ([\d.]+) s")
+ROUND_LINE = re.compile(r"round (\d+) ([\d.]+)M K=(\d+)( \w+)?: ([\d.]+) s, fixed ([\d.]+) s")
 
 
 def rounds_markdown(log: str) -> str:
     """Medians per configuration from the ``round …`` lines this script prints (``--rounds``)."""
-    found: dict[tuple[float, int], list[tuple[float, float]]] = defaultdict(list)
+    found: dict[tuple[float, int, str], list[tuple[float, float]]] = defaultdict(list)
     for match in ROUND_LINE.finditer(log):
-        _, million, k, seconds, fixed = match.groups()
-        found[(float(million), int(k))].append((float(seconds), float(fixed)))
+        _, million, k, engine, seconds, fixed = match.groups()
+        found[(float(million), int(k), (engine or "").strip())].append(
+            (float(seconds), float(fixed))
+        )
     lines = [
-        "| weights | K | rounds | iteration s (median) | fixed s (median) | fixed s (min–max) | MB/s |",
-        "|---|---|---|---|---|---|---|",
+        "| weights | K | engine | rounds | iteration s (median) | fixed s (median) "
+        "| fixed s (min–max) | MB/s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for (million, k), values in found.items():
+    for (million, k, engine), values in found.items():
         model_bytes = 4 * (hidden_units(million) * (INPUTS + 1 + CLASSES) + CLASSES)
         fixed = [f for _, f in values]
         median = statistics.median(fixed)
         lines.append(
-            f"| {million:g}M ({model_bytes / 1e6:.1f} MB) | {k} | {len(values)} | "
+            f"| {million:g}M ({model_bytes / 1e6:.1f} MB) | {k} | {engine or '–'} | {len(values)} | "
             f"{statistics.median(s for s, _ in values):.3f} | {median:.3f} | "
             f"{min(fixed):.3f}–{max(fixed):.3f} | {model_bytes / 1e6 / median:.0f} |"
         )
@@ -412,6 +433,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", type=float, nargs="*", default=[250], help="at K = 2 only")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dispatch", choices=["sessions", "statement"], default=None)
+    parser.add_argument(
+        "--urls",
+        nargs="+",
+        default=None,
+        help="engines to interleave in each round ('embedded': $GPCNN_DATABASE_URL, else gpcnn's own)",
+    )
     parser.add_argument("--chunk-bytes", type=int, default=None, help="default: gpcnn's")
     parser.add_argument("--memory", nargs=2, metavar=("MILLION", "K"))
     parser.add_argument("--storage", nargs=2, metavar=("MILLION", "ITERATIONS"))
@@ -447,11 +474,12 @@ def main(argv: list[str] | None = None) -> int:
             row["tf_own_x"] = _fresh_process("--tf-own", str(row["million"]))["tf_own_x"]
         args.add_tf_own.write_text(json.dumps(report, indent=1))
         return 0
+    urls = [None if u == "embedded" else u for u in args.urls or ["embedded"]]
     report = {
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
         "dispatch": args.dispatch or "native",
         "chunk_bytes": args.chunk_bytes,
-        "rows": measure(args.sizes, args.segments, args.big, args.repeats, connection),
+        "rows": measure(args.sizes, args.segments, args.big, args.repeats, connection, urls),
         "memory": [],
     }
     args.out.write_text(json.dumps(report, indent=1))  # kept if a memory run fails

@@ -47,6 +47,22 @@ def test_released_sessions_are_reused_with_the_same_settings(engine):
         other.close()
 
 
+def test_sessions_open_with_their_start_options_and_are_reused_only_with_the_same(engine):
+    options = "-c work_mem=12345kB"
+    first = SegmentSessions(engine.engine, 1, options=options)
+    pid = first.one("SELECT pg_backend_pid()", {})[0][0]
+    assert first.one("SHOW work_mem", {}) == [("12345kB",)]
+    first.release()
+    plain = SegmentSessions(engine.engine, 1)
+    again = SegmentSessions(engine.engine, 1, options=options)
+    try:
+        assert plain.one("SELECT pg_backend_pid()", {})[0][0] != pid
+        assert again.one("SELECT pg_backend_pid()", {})[0][0] == pid
+    finally:
+        plain.close()
+        again.close()
+
+
 def test_a_client_process_holds_no_backend_it_cannot_account_for(engine):
     """A process of its own fits, predicts, fits again, drops its estimators, fails, opens more
     sessions than the pool keeps, releases them and lets idle ones time out; after each step,

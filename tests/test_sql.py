@@ -51,6 +51,7 @@ def test_greenplum_training_is_one_shape_b_statement_merged_chunk_by_chunk():
         "SET gp_interconnect_queue_depth = 64",
         "SET gp_interconnect_snd_queue_depth = 64",
     )
+    assert gp.session_options == "-c gp_max_packet_size=65000"
     assert gp.dispatch == "statement"
 
 

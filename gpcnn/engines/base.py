@@ -223,6 +223,8 @@ class Backend:
     # -- iterations (the queries; the same functions on every engine) --------------------------
 
     session_settings: ClassVar[tuple[str, ...]] = ()
+    # settings a connection's start must make (libpq options): the training sessions open with them
+    session_options: ClassVar[str] = ""
 
     @property
     def per_segment_sessions(self) -> bool:
@@ -232,7 +234,9 @@ class Backend:
         """Sessions for the iterations of a fit of ``segments`` keys whose segment processes run
         ``threads`` TF threads: one per segment, or one for all (``"statement"``)."""
         count = segments if self.per_segment_sessions else 1
-        return SegmentSessions(self.engine, count, self.session_settings, threads)
+        return SegmentSessions(
+            self.engine, count, self.session_settings, threads, self.session_options
+        )
 
     def session_groups(self, keys: Sequence[int], sessions: int) -> list[list[int]]:
         """Which keys each session handles: one statement per group, run concurrently."""

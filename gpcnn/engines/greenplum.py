@@ -135,6 +135,9 @@ class GreenplumBackend(Backend):
         "SET gp_interconnect_queue_depth = 64",
         "SET gp_interconnect_snd_queue_depth = 64",
     )
+    # Packets of 64 KB, not 8 KB: an eighth of the packets (and acknowledgements) per vector. Only
+    # a connection's start can set it; the segment processes inherit it (docs/greenplum.md).
+    session_options = "-c gp_max_packet_size=65000"
 
     def default_threads(self, segments: int) -> int:
         """The host's CPUs shared by the segments on it (the busiest host decides)."""

@@ -149,17 +149,25 @@ class SegmentSessions:
     Greenplum). psycopg2 releases the GIL while a query runs. Statements are written with
     ``:name`` parameters and compiled for the driver. ``release`` hands the connections to
     ``POOL`` for the next user; ``close`` closes them. ``threads``: the TF threads of the backends'
-    segment processes (part of what makes a pooled session reusable)."""
+    segment processes (part of what makes a pooled session reusable). ``options``: settings only
+    a connection's start can make (libpq's ``options``, ``-c name=value`` each), after the URL's."""
 
     def __init__(
-        self, engine: sa.Engine, count: int, settings: Sequence[str] = (), threads: int = 0
+        self,
+        engine: sa.Engine,
+        count: int,
+        settings: Sequence[str] = (),
+        threads: int = 0,
+        options: str = "",
     ) -> None:
         idle_timeout()  # a bad $GPCNN_IDLE_SESSION_TIMEOUT fails here, not after the work
         self._dialect = engine.dialect
-        self._tag = (_url_of(engine), tuple(settings), threads)
+        self._tag = (_url_of(engine), tuple(settings), threads, options)
         self._connections = POOL.take(self._tag, count)
         cargs, cparams = engine.dialect.create_connect_args(engine.url)
         cparams.setdefault("application_name", application_name())
+        if options:
+            cparams["options"] = f"{cparams.get('options', '')} {options}".strip()
         try:
             while len(self._connections) < count:
                 conn = engine.dialect.dbapi.connect(*cargs, **cparams)
