@@ -101,6 +101,17 @@ class Backend:
     def qschema(self) -> str:
         return self.quote(self.schema)
 
+    @contextlib.contextmanager
+    def autocommit_connection(self) -> Iterator[sa.Connection]:
+        """A new server session outside any transaction, for statements that refuse one (VACUUM).
+        Not a pooled session as it was: on Greenplum 7.0.0-dev a pooled connection's segment
+        processes can stay in the transaction of an earlier one-segment read, and VACUUM then
+        fails there ("cannot run inside a transaction block (seg1)"). Every engine takes this
+        path, so the suite runs it on PostgreSQL too."""
+        with self.engine.connect() as conn:
+            conn.invalidate()  # its next statement opens a new session through the pool
+            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+
     def server_version(self) -> str:
         with self.engine.connect() as conn:
             return conn.execute(sa.text("SELECT version()")).scalar()

@@ -57,7 +57,7 @@ def reclaim(
     for it while a training statement reads a checkpoint, so a fit's own calls do not. A role
     that does not own the tables gets the server's warning, not an error."""
     options = "" if give_back else " (TRUNCATE false)"
-    with backend.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+    with backend.autocommit_connection() as conn:
         for name in names:
             conn.exec_driver_sql(f"VACUUM{options} {migrations.qualified(backend, name)}")
 
