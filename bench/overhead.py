@@ -25,7 +25,9 @@ Parts, per iteration (medians): ``send`` (COPY of the start into ``transfers`` a
 vector read and sent back in chunks; in "statement" dispatch the merge too), ``merge`` (the
 client's chunk merge of the K results, "sessions" dispatch: done as they arrive, so mostly inside
 ``query``; this is the rest, after the streams ended), ``decode`` (result rows to vectors),
-``store`` (the checkpoint COPY), ``row`` (the iteration row and its commit, then waiting for the
+``store`` (the checkpoint COPY; for ``average`` it runs while the result streams arrive,
+and this is only what is left of it after they ended), ``row`` (the iteration row and its
+commit, then waiting for the
 previous iteration's retention delete and VACUUM, where the overlap did not hide it), ``reclaim``
 (that VACUUM of checkpoints and transfers, in the background: part of ``row`` only where it was
 not hidden).
@@ -108,6 +110,7 @@ for owner, name, part in (
     (base, "per_key_result", "decode"),
     (base, "merged_result", "decode"),
     (Catalog, "store_checkpoint", "store"),
+    (Training, "_streamed_checkpoint", "store"),  # what is left of a COPY that overlapped query
     (Training, "_store", "row"),  # the row, the commit, the wait for the last retention delete
     (training, "reclaim", "reclaim"),  # in the background, after the retention delete
 ):

@@ -189,6 +189,51 @@ def test_average_starts_each_iteration_from_the_checkpoint_it_stored(
     np.testing.assert_allclose(wire.flatten(est.model_.get_weights()), expected, atol=1e-6, rtol=0)
 
 
+def test_the_checkpoint_of_average_is_written_while_the_average_arrives(
+    engine, schema, tables, monkeypatch
+):
+    """With a session per segment the client merges the streams, and each whole chunk of the
+    average goes into the checkpoint at once: no checkpoint is stored after the streams, yet
+    every iteration's checkpoint is whole and the result equals the reference."""
+    stored = []
+    store = Catalog.store_checkpoint
+    monkeypatch.setattr(
+        Catalog, "store_checkpoint", lambda self, *a: stored.append(a[1]) or store(self, *a)
+    )
+    model = tiny_cnn()
+    with estimator(engine, schema, model, iterations=3) as est:
+        est.fit(tables[2])
+    assert stored == ([] if engine.backend.dispatch == "sessions" else [1, 2, 3])
+    with engine.connect() as conn:
+        last = Catalog(conn, engine.backend).checkpoint(est.run_id_, 3)
+    np.testing.assert_array_equal(last["weights"], wire.flatten(est.model_.get_weights()))
+    expected = reference(model, shards(engine, schema, tables[2]), 3)
+    np.testing.assert_allclose(wire.flatten(est.model_.get_weights()), expected, atol=1e-6, rtol=0)
+
+
+def test_a_failed_iteration_leaves_no_part_of_its_streamed_checkpoint(
+    engine, schema, tables, monkeypatch
+):
+    """An iteration that fails after its streams began (here: its image count is wrong) rolls
+    its checkpoint back; the run keeps the previous iteration."""
+    decode = Training._decode
+
+    def wrong_count_at_2(self, result, merged):
+        metrics, *rest = decode(self, result, merged)
+        if len(self.rows) == 1:
+            metrics["images"] += 1
+        return (metrics, *rest)
+
+    monkeypatch.setattr(Training, "_decode", wrong_count_at_2)
+    est = estimator(engine, schema, tiny_cnn(), iterations=3)
+    with est, pytest.raises(TrainingError, match="iteration 2: the segments trained on"):
+        est.fit(tables[2])
+    with engine.connect() as conn:
+        catalog = Catalog(conn, engine.backend)
+        assert catalog.last_checkpoint(est.run_id_)[0] == 1
+        assert catalog.checkpoint(est.run_id_, 2) == {}
+
+
 def test_a_validation_table_reads_the_model_from_its_checkpoint(
     engine, schema, tables, monkeypatch
 ):

@@ -447,13 +447,15 @@ class Backend:
         starts: Mapping[int, np.ndarray] | StoredStart,
         merged: bool,
         into: np.ndarray | None = None,
+        on_chunk=None,
     ) -> Trained:
         """One iteration's training from ``starts`` (key -> start vector, or ``EVERY_KEY``; or a
         ``StoredStart``): the image-weighted average of the trained vectors with the merged
         metrics, or (not ``merged``) each key's vector and metrics. One statement merges in the
         database; with a session per segment, the K results are merged here, chunk by chunk, the
         same way, into ``into`` when given and of the average's size (a vector whose values are
-        no longer needed: the caller's model, already sent)."""
+        no longer needed: the caller's model, already sent), telling ``on_chunk`` each chunk of
+        the average as it is whole (``StreamingAverage``; never called when the database merges)."""
         stored = isinstance(starts, StoredStart)
         params = with_shards(params, keys)
         with self._vectors(starts, params) as params:
@@ -470,7 +472,7 @@ class Backend:
             types = ("integer", "integer", "bigint", "bytea")
             if merged:
                 paced = all(len(group) == 1 for group in groups)
-                average = StreamingAverage(params["keys"], self.chunk_values, paced, into)
+                average = StreamingAverage(params["keys"], self.chunk_values, paced, into, on_chunk)
                 sink = partial(BinaryRows, types, on_row=average.add, on_end=average.end_stream)
                 try:
                     self._per_group(sessions, sql, params, keys, sink)

@@ -23,7 +23,13 @@ import sqlalchemy as sa
 from gpcnn.engines import migrations
 from gpcnn.engines.base import Backend
 from gpcnn.engines.migrations import RUN_PARTS, SEGMENT_PARTS, result_key, tables
-from gpcnn.engines.transport import EVERY_KEY, assemble, sweep_transfers, write_chunks
+from gpcnn.engines.transport import (
+    EVERY_KEY,
+    assemble,
+    sweep_transfers,
+    write_chunks,
+    write_streamed_chunks,
+)
 
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed", "interrupted")
 # a run that stopped on purpose is never continued by itself
@@ -321,13 +327,26 @@ class Catalog:
     ) -> None:
         """An iteration's checkpoint (``RUN_PARTS`` -> vector or None), replacing any left by an
         attempt at the same iteration that stopped before its row was written."""
-        c = self.tables.checkpoints
-        self.conn.execute(c.delete().where(c.c.run_id == run_id, c.c.iteration == iteration))
+        self._forget_checkpoint(run_id, iteration)
         self._write_checkpoints(
             ((run_id, iteration, part, EVERY_KEY), vector)
             for part, vector in vectors.items()
             if vector is not None
         )
+
+    def store_streamed_checkpoint(
+        self, run_id: int, iteration: int, chunks: Iterable[np.ndarray]
+    ) -> None:
+        """An iteration's checkpoint that is its model alone, its chunks given as they are made
+        (the average as it arrives), replacing any left as ``store_checkpoint`` does."""
+        self._forget_checkpoint(run_id, iteration)
+        table_sql = migrations.qualified(self.backend, "checkpoints")
+        values = (run_id, iteration, "weights", EVERY_KEY)
+        write_streamed_chunks(self.conn, self.backend, table_sql, CHECKPOINT_PREFIX, values, chunks)
+
+    def _forget_checkpoint(self, run_id: int, iteration: int) -> None:
+        c = self.tables.checkpoints
+        self.conn.execute(c.delete().where(c.c.run_id == run_id, c.c.iteration == iteration))
 
     def replace_segment_starts(
         self,

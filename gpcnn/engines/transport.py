@@ -79,25 +79,37 @@ def chunk_rows(
     Views, not copies: the chunks are handed to the driver as they are cut."""
     yield COPY_HEADER
     for prefix, vector in vectors:
-        head = bytearray()
-        for value, sql_type in zip(prefix, prefix_types, strict=True):
-            if sql_type == "text":
-                raw = str(value).encode()
-                head += struct.pack("!i", len(raw)) + raw
-            else:
-                code, size = _FIELD[sql_type]
-                head += struct.pack(f"!i{code}", size, int(value))
-        columns = len(prefix_types) + 2
         flat = np.ascontiguousarray(vector, dtype="<f4")
-        for index, start in enumerate(range(0, flat.size, chunk_values)):
-            data = flat[start : start + chunk_values]
-            yield (
-                struct.pack("!h", columns)
-                + bytes(head)
-                + struct.pack("!iii", 4, index, data.nbytes)
-            )
-            yield data.tobytes()
+        chunks = (flat[start : start + chunk_values] for start in range(0, flat.size, chunk_values))
+        yield from _chunk_pieces(prefix_types, prefix, chunks)
     yield COPY_TRAILER
+
+
+def streamed_chunk_rows(
+    prefix_types: tuple[str, ...], prefix: tuple, chunks: Iterable[np.ndarray]
+) -> Iterator[bytes]:
+    """The binary COPY stream of one vector's chunk rows, its chunks (float32, 0, 1, ...) given
+    one by one as they are made: a COPY that runs while the vector is still arriving."""
+    yield COPY_HEADER
+    yield from _chunk_pieces(prefix_types, prefix, chunks)
+    yield COPY_TRAILER
+
+
+def _chunk_pieces(
+    prefix_types: tuple[str, ...], prefix: tuple, chunks: Iterable[np.ndarray]
+) -> Iterator[bytes]:
+    head = bytearray(struct.pack("!h", len(prefix_types) + 2))
+    for value, sql_type in zip(prefix, prefix_types, strict=True):
+        if sql_type == "text":
+            raw = str(value).encode()
+            head += struct.pack("!i", len(raw)) + raw
+        else:
+            code, size = _FIELD[sql_type]
+            head += struct.pack(f"!i{code}", size, int(value))
+    for index, chunk in enumerate(chunks):
+        data = np.ascontiguousarray(chunk, dtype="<f4")
+        yield bytes(head) + struct.pack("!iii", 4, index, data.nbytes)
+        yield data.tobytes()
 
 
 _DECODE = {"integer": ("!i", 4), "bigint": ("!q", 8)}
@@ -260,7 +272,26 @@ def write_chunks(
     (column, type) pairs) in the caller's transaction."""
     sql = backend.chunk_copy_sql(table_sql, [name for name, _ in prefix])
     types = tuple(sql_type for _, sql_type in prefix)
-    stream = CopyStream(chunk_rows(types, vectors, backend.chunk_values))
+    _copy_in(conn, backend, sql, chunk_rows(types, vectors, backend.chunk_values))
+
+
+def write_streamed_chunks(
+    conn: sa.Connection,
+    backend: ChunkTables,
+    table_sql: str,
+    prefix: tuple[tuple[str, str], ...],
+    values: tuple,
+    chunks: Iterable[np.ndarray],
+) -> None:
+    """Write one vector, given chunk by chunk as it is made, as chunk rows ``(*values, chunk,
+    data)`` (``prefix``: the columns and types of ``values``) in the caller's transaction."""
+    sql = backend.chunk_copy_sql(table_sql, [name for name, _ in prefix])
+    types = tuple(sql_type for _, sql_type in prefix)
+    _copy_in(conn, backend, sql, streamed_chunk_rows(types, values, chunks))
+
+
+def _copy_in(conn: sa.Connection, backend: ChunkTables, sql: str, pieces: Iterator[bytes]) -> None:
+    stream = CopyStream(pieces)
     copy(conn.connection.driver_connection, sql, stream, size=backend.chunk_bytes + 64)
 
 
@@ -395,7 +426,10 @@ class StreamingAverage:
     (``AVERAGE_NICENESS``): on a machine whose cores the segments share, it must not slow the
     streams that feed it (``bench/client_merge.py``); not the lowest, so batch jobs do not
     starve it. A stream that ends without its trailer (``end_stream``) releases the others.
-    ``into``: a vector to write the average into, when it has the average's size."""
+    ``into``: a vector to write the average into, when it has the average's size. ``on_chunk``:
+    told each chunk of the average once it is whole (its index and a view of it), in order 0, 1,
+    ... (a chunk is whole once every key sent it, and every key sends them in order), from the
+    averaging thread: a checkpoint written while the streams still arrive."""
 
     def __init__(
         self,
@@ -403,11 +437,13 @@ class StreamingAverage:
         chunk_values: int,
         paced: bool = True,
         into: np.ndarray | None = None,
+        on_chunk=None,
     ) -> None:
         self.keys = [int(k) for k in keys]
         self.chunk_values = chunk_values
         self.paced = paced
         self._into = into
+        self._on_chunk = on_chunk
         self._progress = threading.Condition()
         self._received = dict.fromkeys(self.keys, 0)  # chunks received per key
         self._aborted = False
@@ -475,6 +511,8 @@ class StreamingAverage:
                     average = averaging.weighted_average(block, counts)
                     self.vector[offset + start : offset + start + average.size] = average
                     self._averaged += average.size
+                if self._on_chunk is not None:
+                    self._on_chunk(chunk, self.vector[offset : offset + parts[0].size])
             except BaseException as e:  # reported by result()
                 self._error = e
 

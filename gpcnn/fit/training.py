@@ -15,6 +15,8 @@ in the background too.
 from __future__ import annotations
 
 import math
+import queue
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -150,6 +152,64 @@ def evaluate_table(
     return {k: float(v) for k, v in metrics.items()}
 
 
+class CheckpointStream:
+    """An iteration's checkpoint written by binary COPY, on a connection and in a thread of its
+    own, while its chunks arrive (``add``: the average's chunks in order, from
+    ``StreamingAverage``): the COPY overlaps the training statement's result streams instead of
+    following them. Committed by ``finish`` once the last chunk is in; ``abort`` rolls it back.
+    The thread starts with the first chunk: a statement merged in the database sends none."""
+
+    _END = object()
+
+    def __init__(self, db: Database, run_id: int, iteration: int) -> None:
+        self.db, self.run_id, self.iteration = db, run_id, iteration
+        self._chunks: queue.Queue = queue.Queue()
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._aborted = False
+
+    @property
+    def started(self) -> bool:
+        return self._writer is not None
+
+    def add(self, chunk: int, values: np.ndarray) -> None:
+        if self._writer is None:
+            self._writer = threading.Thread(
+                target=self._write, name="gpcnn-checkpoint", daemon=True
+            )
+            self._writer.start()
+        self._chunks.put(values)  # a view of the average: read before the next one is written
+
+    def _given(self):
+        while (values := self._chunks.get()) is not self._END:
+            yield values
+        if self._aborted:
+            raise TrainingError(f"the checkpoint of iteration {self.iteration} was abandoned")
+
+    def _write(self) -> None:
+        try:
+            with self.db.begin() as conn:
+                Catalog(conn, self.db.backend).store_streamed_checkpoint(
+                    self.run_id, self.iteration, self._given()
+                )
+        except BaseException as e:  # raised by finish()
+            self._error = e
+
+    def finish(self) -> None:
+        """Wait for the COPY and its commit; its error, if any, is raised here."""
+        self._chunks.put(self._END)
+        self._writer.join()
+        if self._error is not None:
+            raise self._error
+
+    def abort(self) -> None:
+        """Roll the checkpoint back (the iteration failed); no error of its own is raised."""
+        if self._writer is not None:
+            self._aborted = True
+            self._chunks.put(self._END)
+            self._writer.join()
+
+
 class Training:
     """The state of one fit between iterations."""
 
@@ -267,29 +327,42 @@ class Training:
             iteration=iteration, optimizer_sent=sent_optimizer, **rate
         )
         merged_in_db = not (self.rule.per_segment or self.policy == "local")
-        result = database_call(
-            "training",
-            self.backend.run_training,
-            self.sessions,
-            self.info.table.sql(self.backend),
-            params,
-            self.info.keys,
-            starts,
-            merged_in_db,
-            self.rule.average_buffer() if merged_in_db and self._model_unread() else None,
+        overlapped = self._next_start_if_stored(iteration) is None
+        # The checkpoint that is the average alone is written as the average arrives.
+        streamed = (
+            CheckpointStream(self.db, self.run_id, iteration)
+            if merged_in_db and not overlapped and self._stores_average()
+            else None
         )
-        db_seconds = time.perf_counter() - started
-        metrics, average, segments, controls = self._decode(result, merged_in_db)
-        if metrics["images"] != sum(part.expected):
-            raise TrainingError(
-                f"iteration {iteration}: the segments trained on {metrics['images']} images, "
-                f"expected {sum(part.expected)} (was {self.info.table} changed since loading?)"
+        try:
+            result = database_call(
+                "training",
+                self.backend.run_training,
+                self.sessions,
+                self.info.table.sql(self.backend),
+                params,
+                self.info.keys,
+                starts,
+                merged_in_db,
+                self.rule.average_buffer() if merged_in_db and self._model_unread() else None,
+                None if streamed is None else streamed.add,
             )
-        if not np.isfinite(average).all():
-            raise TrainingError(
-                f"iteration {iteration} produced non-finite weights (diverged): lower the "
-                "learning rate"
-            )
+            db_seconds = time.perf_counter() - started
+            metrics, average, segments, controls = self._decode(result, merged_in_db)
+            if metrics["images"] != sum(part.expected):
+                raise TrainingError(
+                    f"iteration {iteration}: the segments trained on {metrics['images']} images, "
+                    f"expected {sum(part.expected)} (was {self.info.table} changed since loading?)"
+                )
+            if not np.isfinite(average).all():
+                raise TrainingError(
+                    f"iteration {iteration} produced non-finite weights (diverged): lower the "
+                    "learning rate"
+                )
+        except BaseException:
+            if streamed is not None:
+                streamed.abort()
+            raise
         counts = dict(zip(self.info.keys, part.expected, strict=True))
         if self.rule.corrects:
             self.rule.update(average, segments, counts, controls=controls)
@@ -298,8 +371,12 @@ class Training:
         model = self.rule.model()
         vectors = self._checkpoint_vectors(model)
         # Stored now when the next start or the validation reads it; else with its row, later.
-        overlapped = self._next_start_if_stored(iteration) is None
-        stored = None if overlapped else self._store_checkpoint(iteration, vectors)
+        if overlapped:
+            stored = None
+        elif streamed is not None and streamed.started:
+            stored = self._streamed_checkpoint(streamed, iteration)
+        else:
+            stored = self._store_checkpoint(iteration, vectors)
         row = {
             "iteration": iteration,
             "epoch": epoch,
@@ -380,6 +457,17 @@ class Training:
         follows (``_store``), no resume sees it, and a resume's rerun replaces it."""
         with self.db.begin() as conn:
             Catalog(conn, self.backend).store_checkpoint(self.run_id, iteration, vectors)
+        return StoredStart(self.run_id, iteration, self.weight_count)
+
+    def _stores_average(self) -> bool:
+        """Whether the checkpoint is the iteration's average alone: a rule whose next model is
+        that average (``average_buffer``), no rule state, no optimizer state in the vectors."""
+        return self.policy == "reset" and self.rule.average_buffer() is not None
+
+    def _streamed_checkpoint(self, streamed: CheckpointStream, iteration: int) -> StoredStart:
+        """The checkpoint written while the average arrived, once whole and committed: what is
+        left of its COPY after the streams ended (``_store_checkpoint``'s contract)."""
+        database_call(f"storing the checkpoint of iteration {iteration}", streamed.finish)
         return StoredStart(self.run_id, iteration, self.weight_count)
 
     def _store(self, row: dict, vectors: dict | None) -> None:
