@@ -130,6 +130,14 @@ def test_models_rotate_over_three_segments_and_a_resumed_search_equals_an_uninte
     assert [est.run_id_ for est in resumed] == ids
 
 
+def test_a_configurations_run_is_not_resumed_by_a_plain_fit_under_a_merge_rule(engine, tables):
+    (est,) = gpcnn.fit_multiple(engine, TRAIN, [{"model": dense_net()}], epochs=1, **COMMON)
+    plain = gpcnn.GreenplumCNN(dense_net(), iterations=2, database=engine, **COMMON)
+    with pytest.raises(ValueError, match=rf"run {est.run_id_} is one configuration .*fit_multiple"):
+        plain.fit(TRAIN, resume=est.run_id_)
+    assert len(runs.load_run(engine, est.run_id_).iterations) == 1
+
+
 @pytest.mark.parametrize(
     "bad, named",
     [

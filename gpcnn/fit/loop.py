@@ -106,6 +106,11 @@ def initialize(
     stored = runs.load_run(db, resume)
     if stored.weights is None:
         raise ValueError(f"run {resume} stored no iteration yet: start a new fit")
+    if stored.params.get("merge") == "hopper" and params.get("merge") != "hopper":
+        raise ValueError(
+            f"run {resume} is one configuration of a model-hopper search: continue it with "
+            "gpcnn.fit_multiple(..., resume=<the search's run ids>)"
+        )
     if stored.table != str(info.table):
         raise ValueError(f"run {resume} trained {stored.table}, not {info.table}")
     if stored.weights.size != sum(wire.sizes(manifest)):

@@ -23,6 +23,7 @@ class StoredRun:
     run_id: int
     table: str
     status: str
+    params: dict  # the estimator's parameters it was started with (its merge rule among them)
     iterations: list[dict]  # history rows, in order
     weights: np.ndarray | None  # the model of the last stored iteration
     rule_state: np.ndarray | None  # what the rule needs beyond it (BMUF's momentum)
@@ -57,6 +58,7 @@ def load_run(db: Database, run_id: int) -> StoredRun:
         run_id=run_id,
         table=run.table,
         status=run.status,
+        params=run.params,
         iterations=[m for m in history if m["iteration"] <= iteration],
         weights=parts.get("weights"),
         rule_state=parts.get("rule_state"),
