@@ -9,10 +9,14 @@
 #   bash bench/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
 #   bash bench/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
 #   bash bench/study.sh e       # sync with and without lr x K, K = 4
-#   bash bench/study.sh f       # K = 8: fedprox, scaffold, fedadam, fedyogi beside average and
-#                               # bmuf (part a's), and average at 4 merges per epoch
-#   bash bench/study.sh g       # label skew alpha 0.1, K = 4: fedprox, scaffold, fedadam beside
-#                               # average (part c's), and gn-cnn (GroupNorm) with average, scaffold
+#   bash bench/study.sh f       # K = 8, IID (issue 24): bmuf at 1 (part a's), 2 and 4 merges per
+#                               # epoch, post-local SGD (average at 8/8/1), fedadam, then fedprox,
+#                               # scaffold, fedyogi; seed 0 of all first
+#   bash bench/study.sh f ARGS  # the best of them at K = 4, e.g. f --merge bmuf --merges-per-epoch 4
+#   bash bench/study.sh g       # label skew alpha 0.1, K = 4: average, bmuf (part c's), scaffold,
+#                               # fedprox (mu 0.01, 0.1), fedadam; gn-cnn (GroupNorm) with one
+#                               # worker and average; seed 0 of all first
+#   bash bench/study.sh g ARGS  # gn-cnn with the best of them, e.g. g --merge scaffold
 #   bash bench/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
 #                               # 32, 64) by the model hopper and one after another with average
 #                               # and bmuf, K = 4 (docs/merge.md, "The model hopper")
@@ -20,8 +24,8 @@
 # Every part is resumable: rerun it and finished runs are reused, a half-done run continues from
 # its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
 # figures). Parts a-e take their learning rates from the sweep's committed results
-# (bench/study_lr.py); f and g run the rules with their default options (docs/merge.md), and g's
-# gn-cnn takes bn-cnn's learning rate. STUDY_NICE (default 0) lowers the priority of the client and, when this
+# (bench/study_lr.py); f and g run the rules with their default options (docs/merge.md) unless
+# given (--merge-option), and g's gn-cnn takes bn-cnn's learning rate. STUDY_NICE (default 0) lowers the priority of the client and, when this
 # script starts the embedded server, of the server too. With the kernel's autogroup scheduling
 # (Debian's default) nice orders processes only within one session: the server daemonizes into
 # its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
@@ -103,21 +107,37 @@ f)
   reuse_from_a f $single fashion-mnist-average-k8-m1-shuffled-bn-cnn-momentum-os-local \
     fashion-mnist-bmuf-k8-m1-shuffled-bn-cnn-momentum-os-local
   momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
-  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 8 \
-    --merge fedprox,scaffold,fedadam,fedyogi --seeds 0,1 --target 0.9 --out "$out/f"
-  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 8 --merge average \
-    --merges-per-epoch 4 --seeds 0,1 --target 0.9 --out "$out/f"
+  study=("${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --target 0.9 --out "$out/f")
+  if (($# > 1)); then  # the best, at K = 4
+    "${study[@]}" --segments 4 --seeds 0,1 "${@:2}"
+    exit
+  fi
+  for seed in 0 1; do
+    "${study[@]}" --segments 8 --seeds $seed --merge bmuf --merges-per-epoch 1,2,4
+    "${study[@]}" --segments 8 --seeds $seed --merge average --merges-per-epoch 8/8/1
+    "${study[@]}" --segments 8 --seeds $seed --merge fedadam
+  done
+  "${study[@]}" --segments 8 --seeds 0,1 --merge fedprox,scaffold,fedyogi  # if the budget allows
   ;;
 g)
   mkdir -p "$out/g/runs"
-  skewed=fashion-mnist-average-k4-m1-shuffled-bn-cnn-momentum-os-local-skew0.1
-  cp -n "$out/c/runs/$skewed.json" "$out/c/runs/$skewed-s1.json" "$out/g/runs/"
+  for rule in average bmuf; do
+    skewed=fashion-mnist-$rule-k4-m1-shuffled-bn-cnn-momentum-os-local-skew0.1
+    cp -n "$out/c/runs/$skewed.json" "$out/c/runs/$skewed-s1.json" "$out/g/runs/"
+  done
   reuse_from_a g $single
   momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
-  "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --skew 0.1 \
-    --merge fedprox,scaffold,fedadam --seeds 0,1 --target 0.9 --out "$out/g"
-  "${gpcnn[@]}" converge "${fashion[@]}" --model gn-cnn "${momentum[@]}" --segments 4 \
-    --skew 0.1 --merge average,scaffold --seeds 0,1 --target 0.9 --out "$out/g"
+  study=("${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --skew 0.1
+    --target 0.9 --out "$out/g")
+  if (($# > 1)); then  # gn-cnn with the best
+    "${study[@]}" --model gn-cnn --seeds 0,1 "${@:2}"
+    exit
+  fi
+  for seed in 0 1; do
+    "${study[@]}" --seeds $seed --merge scaffold,fedadam
+    "${study[@]}" --seeds $seed --merge fedprox --merge-option mu=0.01,0.1
+    "${study[@]}" --seeds $seed --model gn-cnn --merge single,average
+  done
   ;;
 h)
   # ~12 bn-cnn runs' worth (4 configurations x 3 methods x 15 epochs), about 1.5 h at part a's

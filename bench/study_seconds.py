@@ -28,7 +28,7 @@ from pathlib import Path
 import gpcnn
 from gpcnn.fit import runs
 from gpcnn.study import experiments
-from gpcnn.study.specs import RunSpec
+from gpcnn.study.specs import RunSpec, merges_in
 
 
 def part_settings(parts: list[Path], only: list[str] | None = None) -> list[RunSpec]:
@@ -51,7 +51,7 @@ def part_settings(parts: list[Path], only: list[str] | None = None) -> list[RunS
 
 def epoch_seconds(db, spec: RunSpec, epochs: int, cache: dict) -> float:
     """Seconds of the last of ``epochs`` epochs of ``spec``, its run deleted afterwards."""
-    spec = dataclasses.replace(spec, iterations=epochs * spec.merges_per_epoch)
+    spec = dataclasses.replace(spec, iterations=merges_in(spec.schedule, epochs))
     before = {r["run_id"] for r in runs.list_runs(db)}
     with tempfile.TemporaryDirectory() as out:
         history = experiments.run_one(db, spec, Path(out), data_cache=cache, progress=False)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
 
-from gpcnn.fit import training
+from gpcnn.fit import runs, training
 from gpcnn.study import experiments, models, plots, report
 from gpcnn.tools import cli
 
@@ -369,3 +370,81 @@ def test_a_study_with_seeds_skew_and_momentum_end_to_end(engine, schema, tmp_pat
     info = describe(engine, f"{schema}_images.mnist_sample_k2_skew0_5_s1_train")
     assert info.distribution == "label-skew" and info.skew == 0.5
     assert sum(info.images_per_segment) == 4000 and len(set(info.images_per_segment)) == 2
+
+
+def test_plan_names_rule_options_and_merge_schedules_and_checks_options_before_any_work():
+    common = {"optimizer": "momentum", "model": "bn-cnn", "optimizer_states": ["local"]}
+    with pytest.raises(ValueError, match=r"mu=0\.01 is not an option: bmuf takes eta"):
+        experiments.plan("d", [8], ["bmuf", "fedprox"], [1], 15, merge_options=[{"mu": 0.01}])
+    with pytest.raises(ValueError, match="mu=-1 is out of range"):
+        experiments.plan("d", [8], ["fedprox"], [1], 15, merge_options=[{"mu": -1}])
+    with pytest.raises(ValueError, match="sync runs a fixed count"):
+        experiments.plan("d", [2], ["sync"], [[2, 1]], 2)
+    with pytest.raises(ValueError, match="merges per epoch 0"):
+        experiments.plan("d", [2], ["average"], [0], 2)
+    specs = experiments.plan("d", [8], ["single", "bmuf"], [1, 2, [8, 8, 1]], 15, **common)
+    assert {s.name: s.iterations for s in specs} == {
+        "d-single-k1-m1-bn-cnn-momentum": 15,  # the names without options or schedule: as before
+        "d-bmuf-k8-m1-bn-cnn-momentum-os-local": 15,
+        "d-single-k1-m2-bn-cnn-momentum": 30,
+        "d-bmuf-k8-m2-bn-cnn-momentum-os-local": 30,
+        "d-single-k1-m8-8-1-bn-cnn-momentum": 29,  # 8 + 8 + 13 merges
+        "d-bmuf-k8-m8-8-1-bn-cnn-momentum-os-local": 29,
+    }
+    options = [{"mu": 0.01}, {"mu": 0.1}]
+    proxes = experiments.plan("d", [4], ["fedprox"], [1], 1, merge_options=options)
+    assert [s.name for s in proxes] == ["d-fedprox-k4-m1-mu0.01", "d-fedprox-k4-m1-mu0.1"]
+    post_local = specs[-1]
+    back = experiments.RunSpec(**json.loads(json.dumps(dataclasses.asdict(proxes[1]))))
+    assert back == proxes[1] and back.merge_options == (("mu", 0.1),)
+    back = experiments.RunSpec(**json.loads(json.dumps(dataclasses.asdict(post_local))))
+    assert back == post_local and back.schedule == (8, 8, 1)
+
+
+def test_the_command_line_reads_merge_schedules_and_option_values():
+    args = cli.build_parser().parse_args(
+        ["converge", "--dataset", "mnist-sample", "--merges-per-epoch", "1,8/8/1",
+         "--merge-option", "mu=0.01,0.1", "--merge-option", "nesterov=false"]
+    )  # fmt: skip
+    assert args.merges_per_epoch == [1, [8, 8, 1]]
+    assert cli._option_sets(args.merge_option) == [
+        {"mu": 0.01, "nesterov": False},
+        {"mu": 0.1, "nesterov": False},
+    ]
+    assert cli._option_sets([]) == [{}]
+    for bad in (["--merges-per-epoch", "8/x"], ["--merge-option", "mu"]):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["converge", "--dataset", "mnist-sample", *bad])
+
+
+def test_one_worker_at_one_merge_per_epoch_is_the_reference_of_more_merges_and_schedules():
+    rows = (
+        _rows("d-single-k1-m1", "single", {0: [0.5, 0.8]})
+        + _rows("d-bmuf-k4-m2", "bmuf", {0: [0.4, 0.7]}, merges_per_epoch=2)
+        + _rows("d-average-k4-m8-1-mu0.1", "average", {0: [0.6, 0.9]}, early_merges="8",
+                merge_options="mu0.1")
+    )  # fmt: skip
+    to_single = report.report(rows).split("### Gap to one worker")[1]
+    assert "| d-bmuf-k4-m2 | -0.1000 (one seed" in to_single
+    assert "| d-average-k4-m8-1-mu0.1 | +0.1000 (one seed" in to_single
+    labels = {
+        line.get_gid(): line.get_label()
+        for line in plots.figures(rows, experiments.RULES)["d_rules_k4"].axes[0].lines
+    }
+    assert labels["d-average-k4-m8-1-mu0.1"] == "K = 4, average mu0.1, merges per epoch 8, then 1"
+
+
+def test_a_study_of_rule_options_and_a_merge_schedule_end_to_end(engine, schema, tmp_path):
+    if engine.dispatch:
+        pytest.skip("the study's bookkeeping is the same in both dispatch modes")
+    url = engine.url.render_as_string(hide_password=False)
+    argv = ["converge", "--dataset", "mnist-sample", "--segments", "2", "--merge", "fedprox",
+            "--merge-option", "mu=0.1", "--merges-per-epoch", "2/1", "--iterations", "2",
+            "--out", str(tmp_path), "--database", url, "--schema", schema]  # fmt: skip
+    assert cli.main(argv) == 0
+    done = json.loads((tmp_path / "runs" / "mnist-sample-fedprox-k2-m2-1-mu0.1.json").read_text())
+    assert [r["epoch"] for r in done["history"]] == [0.5, 1.0, 2.0]  # 2 merges, then 1
+    newest = max(r["run_id"] for r in runs.list_runs(engine))
+    params = runs.show_run(engine, newest)["params"]
+    assert params["merge_options"] == {"mu": 0.1} and params["merges_per_epoch"] == [2, 1]
+    assert "| mnist-sample-fedprox-k2-m2-1-mu0.1 | 1 |" in (tmp_path / "report.md").read_text()

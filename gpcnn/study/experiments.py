@@ -6,17 +6,19 @@ database). Then ``DIR/history.csv``, the figures and ``DIR/report.md`` are writt
 
 Rules: ``single`` (one worker on all the data: K=1, the "without merge" reference), ``none`` (K
 workers that never merge), ``average`` (MADlib), ``bmuf``, ``easgd``, ``fedprox``, ``scaffold``,
-``fedadam``, ``fedyogi`` (their default options), and ``sync`` (per-batch
+``fedadam``, ``fedyogi`` (their default options, or those given), and ``sync`` (per-batch
 synchronous data parallelism with ``tf.distribute.MirroredStrategy`` on K logical CPUs, outside
 the database: the successor of Keras's ``multi_gpu_model``). ``--iterations N`` counts iterations at
-one merge per epoch; a run with M merges per epoch runs N·M iterations, so all runs see N epochs.
+one merge per epoch; a run with M merges per epoch runs N·M iterations, a schedule (``8/8/1``:
+post-local SGD) the sum of its epochs' counts, so all runs see N epochs.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -27,10 +29,11 @@ from gpcnn.data.tables import TableError, describe, load_images, read_images
 from gpcnn.engines import Database
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
+from gpcnn.fit.rules import check_options
 from gpcnn.kernel import keras_setup, segment, wire
 from gpcnn.study import report
 from gpcnn.study.models import MODELS, OPTIMIZERS, optimizer
-from gpcnn.study.specs import RunSpec
+from gpcnn.study.specs import RunSpec, merges_in
 
 RULES = (
     "single",
@@ -50,17 +53,20 @@ def plan(
     dataset: str,
     segments: Sequence[int],
     rules: Sequence[str],
-    merges_per_epoch: Sequence[int],
+    merges_per_epoch: Sequence[int | Sequence[int]],
     epochs: int,
     *,
     seeds: Sequence[int] = (0,),
     skews: Sequence[float | None] = (None,),
     optimizer_states: Sequence[str] = ("reset",),
+    merge_options: Sequence[Mapping[str, float | bool]] = ({},),
     **common,
 ) -> list[RunSpec]:
     """Every combination, per seed: ``single`` once per merge frequency (it has one worker, so
-    no skew and no optimizer-state policy), the other rules for each K > 1 (with one segment they
-    all are ``single``), each skew and optimizer-state policy."""
+    no skew, no optimizer-state policy and no rule options), the other rules for each K > 1
+    (with one segment they all are ``single``), each skew, optimizer-state policy and set of
+    rule options (each checked against every rule but ``single`` before any work). A merge
+    frequency is a count or a schedule of counts per epoch, the last repeating."""
     unknown = set(rules) - set(RULES)
     if unknown:
         raise ValueError(f"unknown rules {sorted(unknown)}: choose from {', '.join(RULES)}")
@@ -71,30 +77,56 @@ def plan(
     for skew in skews:
         if skew is not None and not skew > 0:
             raise ValueError(f"skew {skew}: a Dirichlet alpha > 0 (or iid)")
+    schedules = [_schedule(m) for m in merges_per_epoch]
+    if "sync" in rules and any(len(s) > 1 for s in schedules):
+        raise ValueError("sync runs a fixed count of merges per epoch: run it without a schedule")
+    for options in (o for o in merge_options if o):
+        for rule in (r for r in rules if r != "single"):
+            if rule == "sync":
+                raise ValueError("sync takes no merge options: run it without them")
+            for k in (k for k in segments if k > 1):
+                check_options(rule, options, k)
     specs = []
     for seed in seeds:
-        for m in merges_per_epoch:
+        for schedule in schedules:
+            frequency = {
+                "merges_per_epoch": schedule[-1],
+                "iterations": merges_in(schedule, epochs),
+                "early_merges": schedule[:-1],
+            }
             for rule in rules:
                 if rule == "single":
-                    specs.append(RunSpec(dataset, rule, 1, m, epochs * m, seed=seed, **common))
+                    specs.append(RunSpec(dataset, rule, 1, seed=seed, **frequency, **common))
                     continue
                 for k in (k for k in segments if k > 1):
-                    for skew in skews:
-                        for state in optimizer_states if rule != "sync" else ("reset",):
-                            specs.append(
-                                RunSpec(
-                                    dataset,
-                                    rule,
-                                    k,
-                                    m,
-                                    epochs * m,
-                                    seed=seed,
-                                    skew=skew,
-                                    optimizer_state=state,
-                                    **common,
-                                )
+                    for skew, state, options in itertools.product(
+                        skews,
+                        optimizer_states if rule != "sync" else ("reset",),
+                        merge_options,
+                    ):
+                        specs.append(
+                            RunSpec(
+                                dataset,
+                                rule,
+                                k,
+                                seed=seed,
+                                skew=skew,
+                                optimizer_state=state,
+                                merge_options=tuple(dict(options).items()),
+                                **frequency,
+                                **common,
                             )
+                        )
     return list(dict.fromkeys(specs))
+
+
+def _schedule(merges: int | Sequence[int]) -> tuple[int, ...]:
+    schedule = (merges,) if isinstance(merges, int) else tuple(merges)
+    if not schedule or not all(isinstance(m, int) and m >= 1 for m in schedule):
+        raise ValueError(
+            f"merges per epoch {merges!r}: a count >= 1 or a schedule of them (e.g. 8/8/1)"
+        )
+    return schedule
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -199,8 +231,9 @@ def run_one(
             batch_size=spec.batch_size,
             shuffle=spec.shuffle,
             iterations=spec.iterations,
-            merges_per_epoch=spec.merges_per_epoch,
+            merges_per_epoch=list(spec.schedule) if spec.early_merges else spec.merges_per_epoch,
             merge="average" if spec.merge == "single" else spec.merge,
+            merge_options=dict(spec.merge_options) or None,
             database=db,
             validation_table=test,
             seed=spec.seed,

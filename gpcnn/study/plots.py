@@ -129,14 +129,20 @@ RULE_WORDS = {
 
 def _label(meta: dict, by_frequency: bool) -> str:
     """What a curve is, in words ('one worker', 'K = 4, average', 'K = 4, never merged'), with
-    the merge frequency where a figure compares frequencies."""
+    the rule's options given and a schedule of merges, and the merge frequency where a figure
+    compares frequencies."""
     if meta["merge"] == "single":
         words = "one worker"
     else:
         words = f"K = {int(meta['segments'])}, {RULE_WORDS.get(meta['merge'], meta['merge'])}"
+    if meta.get("merge_options"):
+        words += f" {meta['merge_options']}"
     if meta.get("scale_lr"):
         words += ", learning rate × K"
-    if by_frequency:
+    if meta.get("early_merges"):
+        early = str(meta["early_merges"]).replace("-", ", ")
+        words += f", merges per epoch {early}, then {int(meta['merges_per_epoch'])}"
+    elif by_frequency:
         m = int(meta["merges_per_epoch"])
         words += f", {m} merge{'' if m == 1 else 's'} per epoch"
     return words

@@ -38,7 +38,17 @@ CSV_FIRST = (
     "seconds",
     "db_seconds",
 )
-TEXT_COLUMNS = ("run", "setting", "dataset", "merge", "model", "optimizer", "optimizer_state")
+TEXT_COLUMNS = (
+    "run",
+    "setting",
+    "dataset",
+    "merge",
+    "model",
+    "optimizer",
+    "optimizer_state",
+    "merge_options",
+    "early_merges",
+)
 
 
 def collect(out: str | Path, rules: Sequence[str]) -> list[dict]:
@@ -48,7 +58,14 @@ def collect(out: str | Path, rules: Sequence[str]) -> list[dict]:
     for path in sorted(Path(out, "runs").glob("*.json")):
         done = json.loads(path.read_text())
         spec = RunSpec(**done["spec"])
-        meta = {**asdict(spec), "run": spec.name, "setting": spec.setting}
+        meta = {
+            **asdict(spec),
+            "run": spec.name,
+            "setting": spec.setting,
+            # as text, so that rows read back from the CSV compare equal
+            "merge_options": spec.options_text,
+            "early_merges": "-".join(map(str, spec.early_merges)),
+        }
         rows += [{**meta, **row} for row in done["history"]]
     order = {rule: i for i, rule in enumerate(rules)}
     return sorted(
@@ -201,38 +218,49 @@ def _values(histories, epoch: float, metric: str) -> list[float]:
     return [v for v in found if v is not None]
 
 
-SINGLE_MATCHES = ("dataset", "merges_per_epoch", "shuffle", "model", "optimizer")
+SINGLE_MATCHES = ("dataset", "shuffle", "model", "optimizer")
+FREQUENCY = ("merges_per_epoch", "early_merges")
 # The gap tables: what a setting is compared with, named; the fields that make a setting that
 # reference; the fields a setting shares with its reference (compared by value, so a count read
-# back from the CSV as 1.0 matches 1).
+# back from the CSV as 1.0 matches 1). One worker at the same merges per epoch if there is one,
+# else at one merge per epoch (one worker's merges only cut its epoch).
 COMPARISONS = (
     ("one worker", {"merge": "single"}, SINGLE_MATCHES),
     (
         "the average at the same K",
         {"merge": "average"},
-        (*SINGLE_MATCHES, "segments", "skew", "optimizer_state"),
+        (*SINGLE_MATCHES, *FREQUENCY, "segments", "skew", "optimizer_state"),
     ),
     (
         "the local optimizer state",
         {"optimizer_state": "local"},
-        (*SINGLE_MATCHES, "merge", "segments", "skew"),
+        (*SINGLE_MATCHES, *FREQUENCY, "merge", "merge_options", "segments", "skew"),
     ),
 )
 
 
 def _reference_of(histories, grouped, sets: dict, shares: Sequence[str]) -> str | None:
     """The setting that ``histories``' setting is compared with, or None (none there, or the
-    setting is a reference itself)."""
+    setting is a reference itself); one at the same merge frequency first, then (for one
+    worker) one at one merge per epoch."""
     first = histories[0][0]
     if all(first.get(field) == value for field, value in sets.items()):
         return None
-    for other, runs in grouped.items():
-        theirs = runs[0][0]
-        if all(theirs.get(field) == value for field, value in sets.items()) and all(
-            theirs.get(field) == first.get(field) for field in shares
-        ):
-            return other
+    frequencies = [{f: first.get(f) for f in FREQUENCY}]
+    if not set(FREQUENCY) <= set(shares):
+        frequencies.append({"merges_per_epoch": 1, "early_merges": ""})
+    for frequency in frequencies:
+        for other, runs in grouped.items():
+            theirs = runs[0][0]
+            wanted = {**sets, **frequency, **{field: first.get(field) for field in shares}}
+            if all(_same(theirs.get(field), value) for field, value in wanted.items()):
+                return other
     return None
+
+
+def _same(a: object, b: object) -> bool:
+    """Equal values; a field missing (rows made before it existed) and an empty one agree."""
+    return a == b or (a in (None, "") and b in (None, ""))
 
 
 def _gaps(grouped, epochs) -> list[str]:

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+def merges_in(schedule: Sequence[int], epochs: int) -> int:
+    """Iterations (merges) in ``epochs`` epochs of a merges-per-epoch schedule, the last count
+    repeating (as the estimator's ``merges_per_epoch`` list)."""
+    return sum(schedule[min(e, len(schedule) - 1)] for e in range(epochs))
+
+
+def _text(value: float | bool) -> str:
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}"
 
 
 @dataclass(frozen=True)
 class RunSpec:
     """One run of the study. ``skew`` is label-skew's Dirichlet alpha (None: IID segments);
-    ``scale_lr`` multiplies the learning rate by K (the linear scaling rule)."""
+    ``scale_lr`` multiplies the learning rate by K (the linear scaling rule);
+    ``merge_options`` are the rule's options given (the rest are the rule's defaults), as sorted
+    (name, value) pairs; ``early_merges`` are the merges per epoch of the first epochs before
+    ``merges_per_epoch`` takes over (post-local SGD: ``(8, 8)`` then 1)."""
 
     dataset: str
     merge: str
@@ -24,11 +38,30 @@ class RunSpec:
     optimizer_state: str = "reset"
     skew: float | None = None
     scale_lr: bool = False
+    merge_options: tuple[tuple[str, float | bool], ...] = ()
+    early_merges: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        # A spec read back from its JSON has lists where it was made with tuples.
+        options = tuple(sorted((str(k), v) for k, v in dict(self.merge_options).items()))
+        object.__setattr__(self, "merge_options", options)
+        object.__setattr__(self, "early_merges", tuple(int(m) for m in self.early_merges))
+
+    @property
+    def schedule(self) -> tuple[int, ...]:
+        """Merges in each epoch, the last repeating: the estimator's ``merges_per_epoch``."""
+        return (*self.early_merges, self.merges_per_epoch)
+
+    @property
+    def options_text(self) -> str:
+        """The given options as the name shows them, e.g. ``mu0.1``."""
+        return "-".join(f"{k}{_text(v)}" for k, v in self.merge_options)
 
     @property
     def setting(self) -> str:
         """The name without the seed: runs of one setting differ only by their seed."""
-        name = f"{self.dataset}-{self.merge}-k{self.segments}-m{self.merges_per_epoch}"
+        merges = "-".join(str(m) for m in self.schedule)
+        name = f"{self.dataset}-{self.merge}-k{self.segments}-m{merges}"
         extras = [
             "shuffled" if self.shuffle else "",
             self.model if self.model != "small-cnn" else "",
@@ -36,6 +69,7 @@ class RunSpec:
             f"os-{self.optimizer_state}" if self.optimizer_state != "reset" else "",
             f"skew{self.skew:g}" if self.skew is not None else "",
             "lrxk" if self.scale_lr else "",
+            self.options_text,
         ]
         return "-".join([name, *(e for e in extras if e)])
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -273,6 +274,7 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
         seeds=args.seeds,
         skews=args.skew,
         optimizer_states=args.optimizer_state,
+        merge_options=_option_sets(getattr(args, "merge_option", None) or []),
         model=args.model,
         optimizer=args.optimizer,
         shuffle=args.shuffle,
@@ -341,6 +343,47 @@ def _int_list(text: str) -> list[int]:
     if not values:
         raise argparse.ArgumentTypeError("expected at least one integer")
     return values
+
+
+def _schedules(text: str) -> list[int | list[int]]:
+    """Merge frequencies, comma-separated; each a count or a schedule of counts per epoch
+    written with slashes, the last repeating (``1,4,8/8/1``)."""
+    try:
+        found = [[int(m) for m in part.split("/")] for part in text.split(",") if part.strip()]
+    except ValueError:
+        found = []
+    if not found or not all(m >= 1 for schedule in found for m in schedule):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: counts >= 1 separated by commas, a schedule with slashes (e.g. 1,4,8/8/1)"
+        )
+    return [schedule[0] if len(schedule) == 1 else schedule for schedule in found]
+
+
+def _merge_option(text: str) -> tuple[str, list[float | bool]]:
+    """NAME=VALUE[,VALUE...]: a rule's option and the values to run it at (true/false, or
+    numbers)."""
+
+    def value(word: str) -> float | bool:
+        lowered = word.strip().lower()
+        return lowered == "true" if lowered in ("true", "false") else float(word)
+
+    name, sep, values = text.partition("=")
+    try:
+        parsed = [value(v) for v in values.split(",")]
+    except ValueError:
+        parsed = []
+    if not sep or not name.strip() or not parsed:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: NAME=VALUE[,VALUE...], e.g. mu=0.01,0.1 or nesterov=false"
+        )
+    return name.strip(), parsed
+
+
+def _option_sets(given: list[tuple[str, list[float | bool]]]) -> list[dict]:
+    """Every combination of the options' values (one empty set without options)."""
+    names = [name for name, _ in given]
+    products = itertools.product(*(values for _, values in given))
+    return [dict(zip(names, values, strict=True)) for values in products]
 
 
 def _skews(text: str) -> list[float | None]:
@@ -509,7 +552,19 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"rules, comma-separated: {','.join(RULES)}",
     )
     converge.add_argument(
-        "--merges-per-epoch", type=_int_list, default="1", help="comma-separated, e.g. 1,4"
+        "--merges-per-epoch",
+        type=_schedules,
+        default="1",
+        help="comma-separated, e.g. 1,4; a schedule per epoch with slashes, the last repeating: "
+        "8/8/1 (post-local SGD)",
+    )
+    converge.add_argument(
+        "--merge-option",
+        type=_merge_option,
+        action="append",
+        metavar="NAME=VALUE[,VALUE...]",
+        help="a rule option for every rule run (repeatable; several values: a run each), "
+        "e.g. mu=0.01,0.1 (docs/merge.md)",
     )
     converge.set_defaults(func=cmd_converge)
 
