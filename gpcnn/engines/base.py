@@ -26,7 +26,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from gpcnn.engines import transport
-from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.engines.sessions import SegmentSessions, named
 from gpcnn.engines.transport import (
     EVERY_KEY,
     BinaryRows,
@@ -107,10 +107,14 @@ class Backend:
         Not a pooled session as it was: on Greenplum 7.0.0-dev a pooled connection's segment
         processes can stay in the transaction of an earlier one-segment read, and VACUUM then
         fails there ("cannot run inside a transaction block (seg1)"). Every engine takes this
-        path, so the suite runs it on PostgreSQL too."""
-        with self.engine.connect() as conn:
-            conn.invalidate()  # its next statement opens a new session through the pool
-            yield conn.execution_options(isolation_level="AUTOCOMMIT")
+        path, so the suite runs it on PostgreSQL too. Closed afterwards: the pool stays as it was."""
+        url = self.engine.url
+        fresh = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args=named(url))
+        try:
+            with fresh.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                yield conn
+        finally:
+            fresh.dispose()
 
     def server_version(self) -> str:
         with self.engine.connect() as conn:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from gpcnn.engines.base import DISPATCHES, Backend, check_chunk_bytes
 from gpcnn.engines.greenplum import GreenplumBackend
 from gpcnn.engines.postgres import PostgresBackend
-from gpcnn.engines.sessions import POOL, application_name
+from gpcnn.engines.sessions import POOL, named
 
 DEFAULT_SCHEMA = "gpcnn"
 
@@ -107,10 +107,7 @@ class Database:
     def engine(self) -> sa.Engine:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed: gpcnn.connect() opens it again")
-        named = (
-            {} if "application_name" in self.url.query else {"application_name": application_name()}
-        )
-        return sa.create_engine(self.url, pool_pre_ping=True, connect_args=named)
+        return sa.create_engine(self.url, pool_pre_ping=True, connect_args=named(self.url))
 
     @cached_property
     def backend(self) -> Backend:

@@ -33,6 +33,12 @@ def application_name() -> str:
     return f"gpcnn/{os.getpid()}"
 
 
+def named(url: sa.URL) -> dict:
+    """The driver's connect arguments that give a connection ``application_name()``, unless the
+    URL names it."""
+    return {} if "application_name" in url.query else {"application_name": application_name()}
+
+
 def idle_timeout() -> float:
     """Seconds an idle segment session waits for the next fit before it is closed."""
     value = os.environ.get("GPCNN_IDLE_SESSION_TIMEOUT", DEFAULT_IDLE_TIMEOUT)

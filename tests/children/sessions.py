@@ -113,7 +113,9 @@ for sessions in many:
     sessions.release()
 report["after_twelve_released"] = {
     "backends": len(settled(accounted())),
+    "accounted": accounted(),
     "idle_sessions": len(POOL),
+    "pooled": db.engine.pool.checkedin(),
 }
 gpcnn.release_sessions()
 report["after_release"] = {"backends": len(settled(0)), "idle_sessions": len(POOL)}
