@@ -107,6 +107,45 @@ def test_a_multi_chunk_model_trains_to_the_reference_and_resumes_from_chunks(chu
     np.testing.assert_array_equal(wire.flatten(resumed.model_.get_weights()), got)
 
 
+def test_one_statement_merges_in_the_client_or_in_the_database_to_the_same_bits(engine):
+    """Below the backend's ``database_merge_bytes`` one statement's K trained vectors reach the
+    client, which averages them as they arrive (the keys of one stream, unpaced) and streams the
+    checkpoint meanwhile; above it the segments merge them chunk by chunk. Greenplum takes the
+    first at 1M weights, K = 2, and the second past 64 MB: the same model, history and checkpoint
+    either way, and the in-process reference."""
+    db = gpcnn.connect(
+        database_url(), schema=TEST_SCHEMA, dispatch="statement", chunk_bytes=CHUNK_BYTES
+    )
+    name = f"{DATA_SCHEMA}.wide_statement"
+    rng = np.random.default_rng(9)
+    images = rng.integers(0, 250, (40, 8, 8), dtype=np.uint8)
+    load_images(db, name, images, rng.integers(0, 3, 40), segments=2, buffer_size=10,
+                replace=True, progress=False)  # fmt: skip
+    model = wide_model()
+    assert not db.backend.merges_in_database(2, sum(wire.sizes(wire.manifest(model))))
+    fits = {}
+    default = type(db.backend).database_merge_bytes
+    try:
+        for place, limit in (("client", default), ("database", 0)):
+            db.backend.database_merge_bytes = limit
+            with estimator(db, TEST_SCHEMA, model, iterations=2, merge="average") as est:
+                est.fit(name)
+            fits[place] = est
+    finally:
+        db.backend.database_merge_bytes = default
+    here, there = (wire.flatten(fits[p].model_.get_weights()) for p in ("client", "database"))
+    np.testing.assert_array_equal(here, there)
+    untimed = [
+        [{k: v for k, v in row.items() if "seconds" not in k} for row in fits[p].history_]
+        for p in ("client", "database")
+    ]
+    assert untimed[0] == untimed[1]
+    np.testing.assert_allclose(here, reference(model, shards(db, TEST_SCHEMA, name), 2), atol=1e-6)
+    with db.connect() as conn:
+        stored = Catalog(conn, db.backend).checkpoint(fits["client"].run_id_, 2)
+    np.testing.assert_array_equal(stored["weights"], here)
+
+
 def test_a_multi_chunk_model_predicts_as_keras_does_into_arrays_and_into_a_table(chunked, table):
     """Prediction receives its weights in chunks, as training its start (issue 26: never one
     value, so no size limit below training's): the 63-chunk model predicts each image of both

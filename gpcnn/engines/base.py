@@ -465,7 +465,8 @@ class Backend:
         with self._vectors(starts, params) as params:
             params = {**params, "chunk_values": self.chunk_values}
             groups = self.session_groups(keys, len(sessions))
-            if merged and len(groups) == 1:
+            size = starts.size if stored else next(iter(starts.values())).size
+            if merged and len(groups) == 1 and self.merges_in_database(len(keys), size):
                 rows = sessions.one(
                     self.copy_out_sql(self.training_sql(table_sql, "merge", stored)),
                     {**params, "group": groups[0]},
@@ -485,6 +486,18 @@ class Backend:
                 return average.result()
             rows = self._per_group(sessions, sql, params, keys, partial(BinaryRows, types))
         return per_key_result(rows, params["keys"])
+
+    # One statement merges in the database only when the K trained vectors together pass this
+    # (bytes): below it, the coordinator passes them on to the client, which averages them as they
+    # arrive (and streams the checkpoint meanwhile), as for a session per segment. At 1M weights,
+    # K = 2, the database's merge (a redistribute by chunk, a sort, merge_chunks, a gather) was
+    # most of a Greenplum iteration (docs/greenplum.md, "Where the merge runs").
+    database_merge_bytes = 64 << 20
+
+    def merges_in_database(self, keys: int, values: int) -> bool:
+        """Whether one statement's merge of ``keys`` trained vectors of ``values`` float32 runs
+        in the database (on the segments, chunk by chunk) rather than here."""
+        return keys * values * 4 > self.database_merge_bytes
 
     def run_evaluation(
         self,

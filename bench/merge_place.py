@@ -1,0 +1,67 @@
+"""Where one statement's merge runs, on Greenplum: in the database against in the client, beside
+the embedded PostgreSQL, interleaved (``Backend.database_merge_bytes``; issue 25).
+
+    .venv/bin/python bench/merge_place.py postgresql://gpadmin@127.0.0.1:7000/gpcnn \
+        [--sizes 1 25] [--rounds 3] [--out bench/results/merge-place.json]
+
+Each round runs, per size, ``bench/overhead.py``'s three-iteration fit (K = 2, its dense model and
+table) on PostgreSQL, on Greenplum with the segments merging (the limit 0) and on Greenplum with
+the client merging (no limit), in that order, and prints each steady iteration's fixed cost and
+parts; then the medians and their ratios to PostgreSQL's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import overhead  # its settings first: TF threads, the tables
+
+import gpcnn
+
+PLACES = {"postgresql": None, "greenplum, database merge": 0, "greenplum, client merge": 1 << 62}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("greenplum", help="the Greenplum URL")
+    parser.add_argument("--sizes", type=float, nargs="+", default=[1, 25])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("bench/results/merge-place.json"))
+    args = parser.parse_args(argv)
+    gp, pg = gpcnn.connect(args.greenplum), gpcnn.connect(None)
+    for db in (gp, pg):
+        gpcnn.install(db)
+    tables = {db: overhead.table_for(db, 2) for db in (gp, pg)}
+    fixed = defaultdict(list)
+    for round_ in range(1, args.rounds + 1):
+        for million in args.sizes:
+            for place, limit in PLACES.items():
+                db = pg if limit is None else gp
+                if limit is not None:
+                    db.backend.database_merge_bytes = limit
+                got: dict = defaultdict(list)
+                _, parts = overhead._one_fit(db, tables[db], million, 2, got)
+                fixed[(million, place)].append(got["fixed"][-1])
+                print(f"round {round_} {million:g}M {place}: fixed {got['fixed'][-1]:.3f} s "
+                      f"({parts})", flush=True)  # fmt: skip
+    rows = []
+    for million in args.sizes:
+        base = statistics.median(fixed[(million, "postgresql")])
+        for place in PLACES:
+            median = statistics.median(fixed[(million, place)])
+            rows.append({"million": million, "place": place, "fixed": fixed[(million, place)],
+                         "median": median, "ratio": median / base})  # fmt: skip
+            print(f"{million:g}M {place}: median fixed {median:.3f} s, {median / base:.2f}x")
+    args.out.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
