@@ -185,6 +185,25 @@ def _report(runs, histories, target: float | None) -> str:
             cells = [report.at_epoch(histories[m, i], e, "val_accuracy") for m in methods]
             shown = " | ".join("—" if c is None else f"{c:.4f}" for c in cells)
             lines.append(f"| {_label(spec)} | {e} | {shown} |")
+    if target is not None:
+        lines += ["", f"Epochs to {target:g} validation accuracy:", ""]
+        lines += [
+            "| configuration | " + " | ".join(methods) + " |",
+            "|---|" + "---|" * len(methods),
+        ]
+        for i, spec in enumerate(runs[HOPPER]):
+            reached = [report.epochs_to(histories[m, i], target) for m in methods]
+            shown = " | ".join("never" if r is None else f"{r:g}" for r in reached)
+            lines.append(f"| {_label(spec)} | {shown} |")
+    last = range(max(1, first.iterations - 4), first.iterations + 1)
+    lines += ["", f"Mean validation accuracy of epochs {last[0]}–{last[-1]}:", ""]
+    lines += ["| configuration | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
+    for i, spec in enumerate(runs[HOPPER]):
+        means = [
+            sum(report.at_epoch(histories[m, i], e, "val_accuracy") for e in last) / len(last)
+            for m in methods
+        ]
+        lines.append(f"| {_label(spec)} | " + " | ".join(f"{v:.4f}" for v in means) + " |")
     lines += ["", "| method | best configuration | its accuracy | selection wall s |"]
     lines += ["|---|---|---|---|"]
     best = {}
