@@ -2,12 +2,15 @@
 the embedded PostgreSQL, interleaved (``Backend.database_merge_bytes``; issue 25).
 
     .venv/bin/python bench/merge_place.py postgresql://gpadmin@127.0.0.1:7000/gpcnn \
-        [--sizes 1 25] [--rounds 3] [--out bench/results/merge-place.json]
+        [--sizes 1 25] [--rounds 3] [--spread-checkpoints] [--out bench/results/merge-place.json]
 
 Each round runs, per size, ``bench/overhead.py``'s three-iteration fit (K = 2, its dense model and
 table) on PostgreSQL, on Greenplum with the segments merging (the limit 0) and on Greenplum with
 the client merging (no limit), in that order, and prints each steady iteration's fixed cost and
-parts; then the medians and their ratios to PostgreSQL's.
+parts; then the medians and their ratios to PostgreSQL's. ``--spread-checkpoints`` compares,
+instead of the two merge places, the shipped code with ``checkpoints`` distributed by ``run_id``
+against the same in a schema of its own whose ``checkpoints`` are distributed by
+``(run_id, chunk)`` (each stored start broadcast from every primary).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import overhead  # its settings first: TF threads, the tables
 import gpcnn
 
 PLACES = {"postgresql": None, "greenplum, database merge": 0, "greenplum, client merge": 1 << 62}
+SPREAD_SCHEMA = "gpcnn_bench_spread"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,28 +37,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("greenplum", help="the Greenplum URL")
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 25])
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--spread-checkpoints", action="store_true")
     parser.add_argument("--out", type=Path, default=Path("bench/results/merge-place.json"))
     args = parser.parse_args(argv)
     gp, pg = gpcnn.connect(args.greenplum), gpcnn.connect(None)
-    for db in (gp, pg):
+    handles = {"postgresql": pg}
+    if args.spread_checkpoints:
+        spread = gpcnn.connect(args.greenplum, schema=SPREAD_SCHEMA)
+        handles.update({"greenplum": gp, "greenplum, checkpoints by (run_id, chunk)": spread})
+    else:
+        handles.update(dict.fromkeys(list(PLACES)[1:], gp))
+    tables = {}
+    for place, db in handles.items():
         gpcnn.install(db)
-    tables = {db: overhead.table_for(db, 2) for db in (gp, pg)}
+        overhead.SCHEMA = f"gpcnn_bench_place_{len(tables)}"  # a table per handle
+        tables[place] = overhead.table_for(db, 2)
+    if args.spread_checkpoints:
+        with spread.begin() as conn:
+            conn.exec_driver_sql(
+                f"ALTER TABLE {spread.backend.qschema}.checkpoints "
+                "SET DISTRIBUTED BY (run_id, chunk)"
+            )
     fixed = defaultdict(list)
     for round_ in range(1, args.rounds + 1):
         for million in args.sizes:
-            for place, limit in PLACES.items():
-                db = pg if limit is None else gp
-                if limit is not None:
-                    db.backend.database_merge_bytes = limit
+            for place, db in handles.items():
+                if place in PLACES and PLACES[place] is not None:
+                    db.backend.database_merge_bytes = PLACES[place]
                 got: dict = defaultdict(list)
-                _, parts = overhead._one_fit(db, tables[db], million, 2, got)
+                _, parts = overhead._one_fit(db, tables[place], million, 2, got)
                 fixed[(million, place)].append(got["fixed"][-1])
                 print(f"round {round_} {million:g}M {place}: fixed {got['fixed'][-1]:.3f} s "
                       f"({parts})", flush=True)  # fmt: skip
     rows = []
     for million in args.sizes:
         base = statistics.median(fixed[(million, "postgresql")])
-        for place in PLACES:
+        for place in handles:
             median = statistics.median(fixed[(million, place)])
             rows.append({"million": million, "place": place, "fixed": fixed[(million, place)],
                          "median": median, "ratio": median / base})  # fmt: skip
