@@ -25,7 +25,9 @@
 # its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
 # figures). Parts a-e take their learning rates from the sweep's committed results
 # (bench/study_lr.py); f and g run the rules with their default options (docs/merge.md) unless
-# given (--merge-option), and g's gn-cnn takes bn-cnn's learning rate. STUDY_NICE (default 0) lowers the priority of the client and, when this
+# given (--merge-option), and g's gn-cnn takes bn-cnn's learning rate. STUDY_SEEDS (default
+# "0 1") limits f's and g's loops to some seeds, e.g. STUDY_SEEDS=0 for a first pass over both
+# parts. STUDY_NICE (default 0) lowers the priority of the client and, when this
 # script starts the embedded server, of the server too. With the kernel's autogroup scheduling
 # (Debian's default) nice orders processes only within one session: the server daemonizes into
 # its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
@@ -112,7 +114,7 @@ f)
     "${study[@]}" --segments 4 --seeds 0,1 "${@:2}"
     exit
   fi
-  for seed in 0 1; do
+  for seed in ${STUDY_SEEDS:-0 1}; do
     "${study[@]}" --segments 8 --seeds $seed --merge bmuf --merges-per-epoch 1,2,4
     "${study[@]}" --segments 8 --seeds $seed --merge average --merges-per-epoch 8/8/1
     "${study[@]}" --segments 8 --seeds $seed --merge fedadam
@@ -133,7 +135,7 @@ g)
     "${study[@]}" --model gn-cnn --seeds 0,1 "${@:2}"
     exit
   fi
-  for seed in 0 1; do
+  for seed in ${STUDY_SEEDS:-0 1}; do
     "${study[@]}" --seeds $seed --merge scaffold,fedadam
     "${study[@]}" --seeds $seed --merge fedprox --merge-option mu=0.01,0.1
     "${study[@]}" --seeds $seed --model gn-cnn --merge single,average
