@@ -186,24 +186,16 @@ def _report(runs, histories, target: float | None) -> str:
             shown = " | ".join("—" if c is None else f"{c:.4f}" for c in cells)
             lines.append(f"| {_label(spec)} | {e} | {shown} |")
     if target is not None:
-        lines += ["", f"Epochs to {target:g} validation accuracy:", ""]
-        lines += [
-            "| configuration | " + " | ".join(methods) + " |",
-            "|---|" + "---|" * len(methods),
-        ]
-        for i, spec in enumerate(runs[HOPPER]):
-            reached = [report.epochs_to(histories[m, i], target) for m in methods]
-            shown = " | ".join("never" if r is None else f"{r:g}" for r in reached)
-            lines.append(f"| {_label(spec)} | {shown} |")
+        lines += _per_configuration(
+            f"Epochs to {target:g} validation accuracy:", runs, methods,
+            lambda m, i: "never" if (r := report.epochs_to(histories[m, i], target)) is None
+            else f"{r:g}",
+        )  # fmt: skip
     last = range(max(1, first.iterations - 4), first.iterations + 1)
-    lines += ["", f"Mean validation accuracy of epochs {last[0]}–{last[-1]}:", ""]
-    lines += ["| configuration | " + " | ".join(methods) + " |", "|---|" + "---|" * len(methods)]
-    for i, spec in enumerate(runs[HOPPER]):
-        means = [
-            sum(report.at_epoch(histories[m, i], e, "val_accuracy") for e in last) / len(last)
-            for m in methods
-        ]
-        lines.append(f"| {_label(spec)} | " + " | ".join(f"{v:.4f}" for v in means) + " |")
+    lines += _per_configuration(
+        f"Mean validation accuracy of epochs {last[0]}–{last[-1]}:", runs, methods,
+        lambda m, i: f"{sum(report.at_epoch(histories[m, i], e, 'val_accuracy') for e in last) / len(last):.4f}",  # noqa: E501
+    )  # fmt: skip
     lines += ["", "| method | best configuration | its accuracy | selection wall s |"]
     lines += ["|---|---|---|---|"]
     best = {}
@@ -259,3 +251,12 @@ def _figure(runs, histories, path: Path) -> None:
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+def _per_configuration(title: str, runs, methods, cell) -> list[str]:
+    """A titled table with a row per configuration and a column per method, ``cell(method, i)``."""
+    lines = ["", title, "", "| configuration | " + " | ".join(methods) + " |"]
+    lines.append("|---|" + "---|" * len(methods))
+    for i, spec in enumerate(runs[HOPPER]):
+        lines.append(f"| {_label(spec)} | " + " | ".join(cell(m, i) for m in methods) + " |")
+    return lines
