@@ -31,11 +31,15 @@ STOPPED_WITHIN = 5.0  # seconds from SIGINT until no server process works for th
 
 @pytest.fixture(scope="module")
 def table(engine):
-    """2 segments of 600 images: with batch_size=2, an iteration lasts about a second."""
+    """2 segments of 600 images: with batch_size=2, an iteration lasts about a second. A cancel
+    takes effect between buffers, so buffers of 50 (25 steps) keep the wait for one short on a
+    loaded machine."""
     rng = np.random.default_rng(5)
     images = rng.integers(0, 255, (1200, 8, 8), dtype=np.uint8)
     labels = rng.integers(0, 3, 1200)
-    load_images(engine, TABLE, images, labels, segments=2, replace=True, progress=False)
+    load_images(
+        engine, TABLE, images, labels, segments=2, buffer_size=50, replace=True, progress=False
+    )
     return TABLE
 
 
@@ -85,13 +89,19 @@ class Child:
         return self.stderr_path.read_text()
 
     def close(self) -> None:
+        """Ends the child; one a failed test left mid-call is killed rather than waited for."""
         self.process.stdin.close()
-        self.process.wait(60)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
 
 
-@pytest.fixture(scope="module")
-def child(engine, table, tmp_path_factory):
-    started = Child(engine, table, tmp_path_factory.mktemp("interrupts") / "stderr.txt")
+@pytest.fixture
+def child(engine, table, tmp_path):
+    """A child of its own per test: one that failed mid-call never feeds its output to the next."""
+    started = Child(engine, table, tmp_path / "stderr.txt")
     yield started
     started.close()
 
@@ -143,8 +153,9 @@ def _interrupted(engine, child: Child, ready, warm: bool = False, timeout: float
         time.sleep(0.02)
     child.process.send_signal(signal.SIGINT)
     sent = time.monotonic()
-    while _active(engine, child):
-        assert time.monotonic() - sent < STOPPED_WITHIN, _active(engine, child)
+    while working := _active(engine, child):
+        waited = time.monotonic() - sent
+        assert waited < STOPPED_WITHIN, f"{working} still active {waited:.2f} s after SIGINT"
         time.sleep(0.05)
     result = child.result()
     assert result["raised"] == "KeyboardInterrupt", result
