@@ -20,7 +20,7 @@ from gpcnn import release_sessions
 from gpcnn.data.tables import describe, load_images
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs, training
-from gpcnn.fit.errors import failure
+from gpcnn.fit.errors import failure, once_more_if_lost
 from gpcnn.kernel import segment
 
 keras = segment.keras_module()
@@ -244,6 +244,29 @@ def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(engine, da
         training.DEFAULT_RETENTION.keep(resumed.history_)
     )
     runs.delete_runs(engine, [est.run_id_])
+
+
+def test_idempotent_work_whose_connection_was_lost_runs_once_more_and_other_errors_pass():
+    """The retention rule's delete meets a connection the server ended after the pool's ping:
+    it runs again on a new one; a refusal from the server is raised at once."""
+    calls = []
+
+    def lost_once(value):
+        calls.append(value)
+        if len(calls) == 1:
+            raise sa.exc.DBAPIError("DELETE", {}, Exception("closed"), connection_invalidated=True)
+        return value
+
+    assert once_more_if_lost(lost_once, 7) == 7
+    assert calls == [7, 7]
+
+    def refused_by_server():
+        calls.append("refused")
+        raise sa.exc.DBAPIError("DELETE", {}, Exception("refused"))
+
+    with pytest.raises(sa.exc.DBAPIError):
+        once_more_if_lost(refused_by_server)
+    assert calls == [7, 7, "refused"]
 
 
 def test_a_refused_background_checkpoint_fails_the_fit_before_its_row_counts(engine, table):

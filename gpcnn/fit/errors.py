@@ -63,6 +63,18 @@ def database_call(what: str, call, *args, **kwargs):
         raise
 
 
+def once_more_if_lost(call, *args):
+    """``call(*args)``, and once more on a new connection if its connection was lost (its
+    server process ended between the pool's ping and the statement): for idempotent work only,
+    which a lost idle connection must not end."""
+    try:
+        return call(*args)
+    except DatabaseError as e:
+        if not e.connection_invalidated:
+            raise
+    return call(*args)
+
+
 def failure(
     what: str,
     error: BaseException,

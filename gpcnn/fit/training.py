@@ -31,7 +31,7 @@ from gpcnn.engines.catalog import Catalog, reclaim
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.transport import EVERY_KEY
 from gpcnn.fit import rules
-from gpcnn.fit.errors import TrainingError, database_call
+from gpcnn.fit.errors import TrainingError, database_call, once_more_if_lost
 from gpcnn.kernel import averaging, wire
 from gpcnn.kernel.protocol import SegmentOptions
 
@@ -496,7 +496,8 @@ class Training:
     def _after_iteration(self, row, vectors, starts, keep: list[int], iteration: int) -> None:
         if vectors is not None:
             database_call(f"storing iteration {iteration}", self._commit, row, vectors, starts)
-        database_call("the retention rule", self._prune, keep, iteration)
+        # Deleting what retention discards, and reclaiming it, may run twice.
+        database_call("the retention rule", once_more_if_lost, self._prune, keep, iteration)
 
     def _commit(self, row: dict, vectors: dict | None, starts) -> None:
         """The row (with the checkpoint, when given, and each segment's next start), in one
