@@ -13,6 +13,10 @@ so the segment processes' first trace of the model is left out. The runs go into
 folder and are deleted from the database; the image tables are the study's (loaded on first use).
 ``study_report.py --seconds`` reads the result.
 
+The result is written after every timed fit, so a run killed part-way resumes: started again
+with the same parts, settings and ``--epochs``, it keeps the fits ``--out`` already holds and
+times only the missing ones, in the same order.
+
 Part h (``--part-h docs/img/study/h``): its configurations under the model hopper, all at once
 (one hopper epoch trains every configuration once), and each configuration with each merge rule,
 one fit after another; the seconds of the last epoch of each, keyed ``hopper`` and
@@ -117,6 +121,37 @@ def _timed_settings(args) -> list[tuple[str, object]]:
     return timed
 
 
+def _resumed_seconds(out: Path, parts: list[str], epochs: int, names: list[str]) -> dict:
+    """The seconds ``out`` holds from an earlier, killed run of the same timing, else none."""
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    if not out.exists():
+        return seconds
+    earlier = json.loads(out.read_text())
+    if earlier["parts"] != parts or earlier["epochs"] != epochs:
+        raise SystemExit(
+            f"{out} holds a timing of {earlier['parts']} at {earlier['epochs']} epochs, not of "
+            f"{parts} at {epochs}: give another --out, or delete it to start again"
+        )
+    for name in names:
+        seconds[name] = list(earlier["seconds"].get(name, []))
+    return seconds
+
+
+def _write(out: Path, parts: list[str], epochs: int, seconds: dict) -> dict:
+    """Writes the timing so far (a whole file at a time, so a kill leaves the last one)."""
+    result = {
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "parts": parts,
+        "epochs": epochs,
+        "seconds": seconds,
+        "median": {name: statistics.median(v) for name, v in seconds.items() if v},
+    }
+    partial = out.with_suffix(".partial")
+    partial.write_text(json.dumps(result, indent=1) + "\n")
+    partial.replace(out)
+    return result
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("parts", nargs="*", type=Path, help="study part folders")
@@ -134,20 +169,17 @@ def main() -> None:
     db = gpcnn.connect(schema=args.schema)
     gpcnn.install(db)
     timed = _timed_settings(args)
-    seconds: dict[str, list[float]] = {name: [] for name, _ in timed}
+    parts = [str(p) for p in args.parts or [args.part_h]]
+    seconds = _resumed_seconds(args.out, parts, args.epochs, [name for name, _ in timed])
     cache: dict = {}
     for round_ in range(1, args.rounds + 1):
         for name, fit in timed:
+            if len(seconds[name]) >= round_:
+                continue
             seconds[name].append(fit(db, cache))
             print(f"round {round_} {name}: {seconds[name][-1]:.1f} s", flush=True)
-    result = {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "parts": [str(p) for p in args.parts or [args.part_h]],
-        "epochs": args.epochs,
-        "seconds": seconds,
-        "median": {name: statistics.median(values) for name, values in seconds.items()},
-    }
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+            _write(args.out, parts, args.epochs, seconds)
+    result = _write(args.out, parts, args.epochs, seconds)
     for name, value in result["median"].items():
         print(f"{name}: {value:.1f} s per epoch (median of {args.rounds})")
 
