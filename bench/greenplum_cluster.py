@@ -87,7 +87,9 @@ def main() -> None:
     images = rng.integers(0, 255, (args.images, args.size, args.size), dtype=np.uint8)
     labels = rng.integers(0, 10, args.images)
     for k in args.ks:
-        info = gpcnn.load_images(db, TABLE, images, labels, segments=k, replace=True, progress=False)
+        info = gpcnn.load_images(
+            db, TABLE, images, labels, segments=k, replace=True, progress=False
+        )
         with db.connect() as conn:
             placement = conn.execute(
                 sa.text(
@@ -98,7 +100,12 @@ def main() -> None:
         sampler.start()
         started = time.perf_counter()
         est = gpcnn.GreenplumCNN(
-            model(args.size), database=db, iterations=args.iterations, batch_size=32, seed=0, verbose=0
+            model(args.size),
+            database=db,
+            iterations=args.iterations,
+            batch_size=32,
+            seed=0,
+            verbose=0,
         ).fit(TABLE)
         seconds = time.perf_counter() - started
         sampler.done.set()

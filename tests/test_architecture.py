@@ -152,8 +152,7 @@ def test_the_in_database_layer_imports_only_the_standard_library_numpy_and_tenso
     foreign = [
         f"{i.source} imports {i.target} (line {i.line})"
         for i in kernel
-        if i.target.split(".")[0] not in allowed
-        and not (i.target.startswith("gpcnn.kernel"))
+        if i.target.split(".")[0] not in allowed and not (i.target.startswith("gpcnn.kernel"))
     ]
     assert not foreign, "\n".join(foreign)
 
@@ -226,9 +225,9 @@ def readme_layout() -> set[str]:
 
 
 def test_the_readme_layout_lists_exactly_the_modules_of_the_tree():
-    tree = {
-        str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"
-    }
+    tree = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
     listed = readme_layout()
     assert tree - listed == set(), f"README's Layout does not list {sorted(tree - listed)}"
-    assert listed - tree == set(), f"README's Layout lists modules that are gone: {sorted(listed - tree)}"
+    assert listed - tree == set(), (
+        f"README's Layout lists modules that are gone: {sorted(listed - tree)}"
+    )

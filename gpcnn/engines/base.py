@@ -489,10 +489,11 @@ class Backend:
 
     # One statement merges in the database only when the K trained vectors together pass this
     # (bytes): below it, the coordinator passes them on to the client, which averages them as they
-    # arrive (and streams the checkpoint meanwhile), as for a session per segment. At 1M weights,
-    # K = 2, the database's merge (a redistribute by chunk, a sort, merge_chunks, a gather) was
-    # most of a Greenplum iteration (docs/greenplum.md, "Where the merge runs").
-    database_merge_bytes = 64 << 20
+    # arrive (and streams the checkpoint meanwhile), as for a session per segment. On the live
+    # one-host cluster the client's merge was faster at 1M and at 25M weights, K = 2 (200 MB), in
+    # every round (docs/greenplum.md, "Where the merge runs"); past this limit, where the relayed
+    # vectors would load the coordinator and the client's link K times, the segments merge.
+    database_merge_bytes = 256 << 20
 
     def merges_in_database(self, keys: int, values: int) -> bool:
         """Whether one statement's merge of ``keys`` trained vectors of ``values`` float32 runs
