@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -25,6 +26,9 @@ import numpy as np
 import gpcnn
 from gpcnn.kernel import segment
 
+# Ctrl-C as a terminal delivers it: a suite started as a background job (`make test &` from a
+# script) hands its children SIGINT ignored, and Python then raises no KeyboardInterrupt at all.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 keras = segment.keras_module(threads=1)
 url, schema, table = sys.argv[1:4]
 db = gpcnn.connect(url, schema=schema)
