@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 from tiny import dense_net
 
-from gpcnn.data.tables import load_images
+from gpcnn.data.tables import drop_table, load_images
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
 
@@ -213,6 +213,8 @@ def test_ctrl_c_during_evaluate_stops_its_segments(engine, child, many_buffers):
 def test_ctrl_c_during_a_prediction_into_a_table_leaves_no_table(engine, child, many_buffers):
     before = _leftovers(engine)
     output = f"{DATA_SCHEMA}.predicted"
+    with engine.begin() as conn:  # what a run that failed here made
+        conn.execute(sa.text(f"DROP TABLE IF EXISTS {output}"))
     child.send(call="predict", table=many_buffers, output=output)
     _interrupted(engine, child, lambda: _active(engine, child, "INSERT INTO%"), warm=True)
     assert _leftovers(engine) == before
@@ -222,6 +224,7 @@ def test_ctrl_c_during_a_prediction_into_a_table_leaves_no_table(engine, child, 
 def test_ctrl_c_during_a_load_leaves_no_table_and_no_catalog_row(engine, child):
     before = _leftovers(engine)
     output = f"{DATA_SCHEMA}.loaded"
+    drop_table(engine, output, missing_ok=True)  # what a run that failed here made
     child.send(call="load", output=output, images=1_500_000)
     _interrupted(engine, child, lambda: _active(engine, child, "COPY%"))
     assert _leftovers(engine) == before
