@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 from tiny import dense_net
 
-from gpcnn.data.tables import drop_table, load_images
+from gpcnn.data.tables import TableName, drop_table, load_images
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
 
@@ -214,7 +214,7 @@ def test_ctrl_c_during_a_prediction_into_a_table_leaves_no_table(engine, child, 
     before = _leftovers(engine)
     output = f"{DATA_SCHEMA}.predicted"
     with engine.begin() as conn:  # what a run that failed here made
-        conn.execute(sa.text(f"DROP TABLE IF EXISTS {output}"))
+        conn.exec_driver_sql(engine.backend.drop_ddl(TableName.parse(output), if_exists=True))
     child.send(call="predict", table=many_buffers, output=output)
     _interrupted(engine, child, lambda: _active(engine, child, "INSERT INTO%"), warm=True)
     assert _leftovers(engine) == before
