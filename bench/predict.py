@@ -7,11 +7,13 @@ Rounds: the 10,000 Fashion-MNIST test images (``models.small_cnn``, seeded weigh
 a table by ``gpcnn.predict(..., output_table=...)`` (the whole call: the weights sent, the window
 over the buffers, the rows inserted, the output renamed into place), K = 1 with 2 TF threads and
 K = 2 with 1 thread per segment, against plain Keras ``model.predict(x, batch_size)`` in persistent
-worker processes with 2 and with 1 TF thread (``bench/epoch.py``'s workers). Every variant runs
+worker processes with 2 and with 1 TF thread (``bench/epoch.py``'s workers), and with 1 thread in
+two processes at once, one half of the images each (the 2-core limit as measured). Every variant runs
 once to warm up (TF, the model in the segment sessions of the pool), then ``--repeats`` rounds
 each running every variant once, interleaved; medians, and the two targets as median ratios
 within the run: K = 1 against ``predict`` with 2 threads (≤ 1.3), K = 2 against the 2-core limit,
-one-thread ``predict`` ÷ 2 (≤ 1.3); the load (``os.getloadavg``) before and after.
+one-thread ``predict`` ÷ 2 (≤ 1.3), and against the halves side by side; the load
+(``os.getloadavg``) before and after.
 
 ``--big M``: one model of about M million weights (8x8x1 input, Dense(H, relu), Dense(10), the
 model of ``bench/overhead.py``) predicts ``--images`` random images into a table at K = 2, once: the
@@ -32,13 +34,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from epoch import Worker
+from epoch import Worker, half, side_by_side
 
 SCHEMA = "gpcnn_bench_predict"
 
 
 def worker(threads: int) -> int:
-    """Answer ``{"batch"}`` lines with the seconds of one ``model.predict`` of the test images."""
+    """Answer ``{"batch"}`` lines (with ``"half"``: of one half) with the seconds of one
+    ``model.predict`` of the test images."""
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     from gpcnn.data.datasets import load_fashion_mnist
     from gpcnn.kernel import segment
@@ -50,9 +53,10 @@ def worker(threads: int) -> int:
     model = small_cnn()
     print("ready", flush=True)
     for line in sys.stdin:
-        batch = int(json.loads(line)["batch"])
+        request = json.loads(line)
+        images = half(x, request)
         started = time.perf_counter()
-        model.predict(x, batch_size=batch, verbose=0)
+        model.predict(images, batch_size=int(request["batch"]), verbose=0)
         print(json.dumps(time.perf_counter() - started), flush=True)
     return 0
 
@@ -73,6 +77,7 @@ def rounds(db, repeats: int, batch: int) -> dict:
             db, tables[k], data.x_test, data.y_test, segments=k, replace=True, progress=False
         )
     workers = {threads: Worker(threads, __file__) for threads in (1, 2)}
+    pair = [workers[1], Worker(1, __file__)]
 
     def in_database(k: int, threads: int) -> float:
         started = time.perf_counter()
@@ -84,6 +89,7 @@ def rounds(db, repeats: int, batch: int) -> dict:
     variants = {
         "predict 2 threads": lambda: workers[2].seconds(batch=batch),
         "predict 1 thread": lambda: workers[1].seconds(batch=batch),
+        "predict 1 thread, halves side by side": lambda: side_by_side(pair, batch=batch),
         "gpcnn K=1, 2 threads": lambda: in_database(1, 2),
         "gpcnn K=2, 1 thread each": lambda: in_database(2, 1),
     }
@@ -95,7 +101,7 @@ def rounds(db, repeats: int, batch: int) -> dict:
             if round_:
                 times[name].append(seconds)
             print(f"round {round_} {name}: {seconds:.3f} s", flush=True)
-    for w in workers.values():
+    for w in {*workers.values(), *pair}:
         w.close()
     medians = {name: statistics.median(values) for name, values in times.items()}
     return {
@@ -107,6 +113,8 @@ def rounds(db, repeats: int, batch: int) -> dict:
         "all": times,
         "k1_over_predict2": medians["gpcnn K=1, 2 threads"] / medians["predict 2 threads"],
         "k2_over_limit": medians["gpcnn K=2, 1 thread each"] / (medians["predict 1 thread"] / 2),
+        "k2_over_side_by_side": medians["gpcnn K=2, 1 thread each"]
+        / medians["predict 1 thread, halves side by side"],
     }
 
 

@@ -17,8 +17,10 @@ from gpcnn.data.tables import STAGING_SUFFIX, TableError, load_images, read_imag
 from gpcnn.engines import transport
 from gpcnn.engines.catalog import Catalog
 from gpcnn.estimator import GreenplumCNN, TrainingError
+from gpcnn.fit import compiling
 from gpcnn.fit.training import Training
 from gpcnn.kernel import segment, wire
+from gpcnn.kernel.protocol import SegmentOptions
 
 keras = segment.keras_module()
 
@@ -629,3 +631,20 @@ def test_predict_after_training_in_the_same_process_uses_the_given_weights():
     training = json.dumps({**sent, "transfer": 1})
     segment.train_transition(None, 0, 0, weights, x, y, 8, model.to_json(), training, 8)
     assert predict(3) == before
+
+
+def test_the_same_compile_options_find_the_segments_cached_model_again():
+    """Keras numbers new optimizers' names (sgd, sgd_1, ...): the options keep none, so two
+    predictions (or a fit and a prediction) with the same optimizer reuse each segment's compiled
+    and traced model instead of rebuilding it. Plain Python, as the segments run it."""
+    first, second = (
+        compiling.compile_options("sgd", None, "sparse_categorical_crossentropy", ())
+        for _ in range(2)
+    )
+    assert first.to_dict() == second.to_dict()
+    model_json = tiny_cnn().to_json()
+    built = [
+        segment.build_model(model_json, SegmentOptions(compile=options, image_shape=(8, 8, 1)))
+        for options in (first, second)
+    ]
+    assert built[0] is built[1]

@@ -43,7 +43,9 @@ def compile_options(
     optimizer: str | Any, learning_rate: float | None, loss: str, metrics: Sequence[str]
 ) -> CompileOptions:
     """The options every model of the fit is compiled with; ``learning_rate`` (unless None)
-    replaces the optimizer's."""
+    replaces the optimizer's. The optimizer goes without its numbered name, so the same options
+    are the same text every time: each segment caches its compiled model by that text, and a
+    new name per call rebuilt and retraced the model on every prediction."""
     keras = keras_module()
     if isinstance(optimizer, str):
         config = {} if learning_rate is None else {"learning_rate": learning_rate}
@@ -52,7 +54,7 @@ def compile_options(
         built = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
         if learning_rate is not None:
             built.learning_rate = learning_rate
-    return CompileOptions(keras.optimizers.serialize(built), loss, tuple(metrics))
+    return CompileOptions(stored_optimizer(built), loss, tuple(metrics))
 
 
 def stored_optimizer(optimizer: Any) -> dict:
