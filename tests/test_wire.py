@@ -66,3 +66,19 @@ def test_an_aligned_vector_starts_on_the_boundary_tensorflow_needs(size):
     vector = wire.aligned_empty(size)
     assert vector.size == size and vector.dtype == wire.WIRE_DTYPE
     assert vector.ctypes.data % wire.TF_ALIGNMENT == 0
+
+
+def test_the_vector_of_a_model_holds_its_weights_and_optimizer_counters_as_float32():
+    """``vector_of`` reads each variable through a view of TensorFlow's memory; integer variables
+    (the optimizer's step counter) arrive as float32 values, as the wire carries them."""
+    model = odd_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.5, momentum=0.9), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    model.optimizer.iterations.assign(7)
+    vector = wire.vector_of(list(model.weights) + list(model.optimizer.variables))
+    expected = np.concatenate(
+        [np.ravel(v.numpy()).astype("float32") for v in model.weights + model.optimizer.variables]
+    )
+    assert vector.dtype == wire.WIRE_DTYPE
+    assert np.array_equal(vector, expected)
+    assert 7.0 in vector

@@ -64,15 +64,25 @@ def flatten(arrays: list[np.ndarray]) -> np.ndarray:
 
 
 def vector_of(variables: list) -> np.ndarray:
-    """The flat float32 vector of Keras variables, filled one variable at a time: at most one
-    variable's copy beyond the result, where ``get_weights`` then ``flatten`` holds it twice."""
+    """The flat float32 vector of Keras variables, filled one variable at a time, each read
+    through a view of TensorFlow's memory (DLPack): one copy per value, where ``var.numpy()``
+    makes two and ``get_weights`` then ``flatten`` holds the model twice."""
+    import tensorflow as tf
+
     counts = [int(np.prod(v.shape, dtype=np.int64)) for v in variables]
     out = np.empty(sum(counts), dtype=WIRE_DTYPE)
     start = 0
     for var, n in zip(variables, counts, strict=True):
-        out[start : start + n] = np.asarray(var.numpy(), dtype=np.float32).ravel()
+        if n:
+            out[start : start + n] = _view_of(tf.convert_to_tensor(var.value)).ravel()
         start += n
     return out
+
+
+def _view_of(tensor: Any) -> np.ndarray:
+    """A numpy view of a tensor's memory; a copy with TensorFlow releases whose tensors have no
+    ``__dlpack__`` (gpcnn asks the server for 2.16 or later, and 2.12 lacked it)."""
+    return np.from_dlpack(tensor) if hasattr(tensor, "__dlpack__") else tensor.numpy()
 
 
 def unflatten(flat: np.ndarray, entries: list[dict]) -> list[np.ndarray]:
