@@ -27,13 +27,13 @@ ROUND_LINE = re.compile(r"round \d+ ([\d.]+)M K=(\d+): ([\d.]+) s, fixed ([\d.]+
 
 
 def checkout(rev: str, where: Path) -> Path:
-    """A detached worktree of ``rev`` at ``where``, sharing this checkout's Python environment."""
-    if not where.exists():
-        subprocess.run(
-            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), rev],
-            check=True,
-            capture_output=True,
-        )
+    """A detached worktree of ``rev`` at ``where``, sharing this checkout's Python environment;
+    one left by an earlier run is moved to ``rev`` (it may hold another commit)."""
+    if where.exists():
+        command = ["git", "-C", str(where), "checkout", "--detach", "--quiet", rev]
+    else:
+        command = ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), rev]
+    subprocess.run(command, check=True, capture_output=True)
     venv = where / ".venv"
     if not venv.exists():
         venv.symlink_to((ROOT / ".venv").resolve())
