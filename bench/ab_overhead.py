@@ -29,6 +29,12 @@ ROUND_LINE = re.compile(r"round \d+ ([\d.]+)M K=(\d+): ([\d.]+) s, fixed ([\d.]+
 def checkout(rev: str, where: Path) -> Path:
     """A detached worktree of ``rev`` at ``where``, sharing this checkout's Python environment;
     one left by an earlier run is moved to ``rev`` (it may hold another commit)."""
+    rev = subprocess.run(  # HEAD and branch names as this checkout means them
+        ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     if where.exists():
         command = ["git", "-C", str(where), "checkout", "--detach", "--quiet", rev]
     else:
