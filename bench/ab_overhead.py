@@ -5,9 +5,10 @@
 
 Each commit is checked out (detached) in a worktree under ``$TMPDIR/gpcnn-ab`` with its own
 ``GPCNN_HOME`` (its own embedded cluster: the two bundles never meet in one schema), and runs its
-own ``bench/overhead.py --repeats 1`` once per round. The order alternates every round (A B, B A,
-...) so that a drift of the shared machine falls on both alike. Prints, per configuration, the
-median fixed cost of each side over the rounds and the ratio AFTER / BEFORE of the medians.
+own ``bench/overhead.py --repeats 1`` once per round; both clusters are stopped at the end. The
+order alternates every round (A B, B A, ...) so that a drift of the shared machine falls on both
+alike. Prints, per configuration, the median fixed cost of each side over the rounds and the
+ratio AFTER / BEFORE of the medians.
 """
 
 from __future__ import annotations
@@ -56,6 +57,14 @@ def one_round(tree: Path, home: Path, sizes: list[str], segments: list[str]) -> 
     return done.stdout
 
 
+def stop_server(tree: Path, home: Path) -> None:
+    """Stop the embedded cluster a side's runs started (it would hold its memory until reboot)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "GPCNN_HOME": str(home)}
+    subprocess.run(
+        [str(tree / ".venv" / "bin" / "gpcnn"), "db", "stop"], cwd=tree, env=env, check=False
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("before")
@@ -72,14 +81,20 @@ def main(argv: list[str] | None = None) -> int:
     }
     fixed: dict[tuple[str, float, int], list[float]] = defaultdict(list)
     lines = [f"A/B of bench/overhead.py: before {args.before}, after {args.after}"]
-    for r in range(args.rounds):
-        order = list(sides) if r % 2 == 0 else list(reversed(sides))
-        for label in order:
-            out = one_round(*sides[label], args.sizes, args.segments)
-            for million, k, seconds, cost in ROUND_LINE.findall(out):
-                fixed[(label, float(million), int(k))].append(float(cost))
-                lines.append(f"round {r} {label}: {million}M K={k}: {seconds} s, fixed {cost} s")
-                print(lines[-1], flush=True)
+    try:
+        for r in range(args.rounds):
+            order = list(sides) if r % 2 == 0 else list(reversed(sides))
+            for label in order:
+                out = one_round(*sides[label], args.sizes, args.segments)
+                for million, k, seconds, cost in ROUND_LINE.findall(out):
+                    fixed[(label, float(million), int(k))].append(float(cost))
+                    lines.append(
+                        f"round {r} {label}: {million}M K={k}: {seconds} s, fixed {cost} s"
+                    )
+                    print(lines[-1], flush=True)
+    finally:
+        for tree, home in sides.values():
+            stop_server(tree, home)
     lines.append("| weights | K | before: fixed s (median, min–max) | after | after / before |")
     lines.append("|---|---|---|---|---|")
     for million, k in sorted({(m, k) for _, m, k in fixed}):
