@@ -42,9 +42,9 @@ def test_weights_load_the_same_from_any_source_memory(kind):
 
 
 def test_a_loaded_model_shares_no_memory_with_its_source():
-    """The segment's start vector is aligned so that TensorFlow takes its pieces uncopied; the
-    variables' assign still copies, so training leaves the start (a rule's anchor) untouched and
-    changing the start afterwards leaves the model untouched."""
+    """Even from memory TensorFlow could take as it is (aligned, writable), the model gets a copy
+    of its own: training leaves the source (a rule's anchor) untouched, and refilling the source
+    (the client's merge buffer, every iteration) leaves the model untouched."""
     model = odd_model()
     model.compile(optimizer=keras.optimizers.SGD(0.5), loss="sparse_categorical_crossentropy")
     count = sum(wire.sizes(wire.manifest(model)))
@@ -82,3 +82,16 @@ def test_the_vector_of_a_model_holds_its_weights_and_optimizer_counters_as_float
     assert vector.dtype == wire.WIRE_DTYPE
     assert np.array_equal(vector, expected)
     assert 7.0 in vector
+
+
+def test_an_optimizer_vector_round_trips_with_its_integer_counter():
+    """``set_optimizer_vector`` takes the same path for the float32 slots (a slice of the start
+    vector, so misaligned) and casts the integer step counter."""
+    model = odd_model()
+    model.compile(optimizer=keras.optimizers.SGD(0.5, momentum=0.9), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    count = wire.optimizer_vector(model).size
+    values = np.arange(1, count + 2, dtype=wire.WIRE_DTYPE)[1:]  # a misaligned view
+    wire.set_optimizer_vector(model, values)
+    assert np.array_equal(wire.optimizer_vector(model), values)
+    assert int(model.optimizer.iterations.numpy()) == int(values[0])

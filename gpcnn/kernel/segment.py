@@ -296,7 +296,7 @@ def _receive(state: dict, chunk: int, data: bytes, options: SegmentOptions) -> N
         raise SegmentError(f"start chunk {chunk} arrived, chunk {state['chunks']} was expected")
     if state["chunks"] == 0:
         _forget_other_statements(token)
-        _inbox[token] = wire.aligned_empty(size)  # its pieces reach TensorFlow uncopied
+        _inbox[token] = np.empty(size, dtype=wire.WIRE_DTYPE)
     values = wire.from_bytes(data)
     if state["received"] + values.size > size:
         raise SegmentError(f"the start vector has more than its {size} values")

@@ -111,13 +111,23 @@ def model_to_bytes(model: Any) -> bytes:
 
 
 def set_model_weights(model: Any, data: bytes | memoryview | np.ndarray) -> None:
-    """Load flat weights (bytes or vector) into a Keras model, each variable with one copy (its
-    assign) where the array's memory suits TensorFlow. ``model.set_weights`` makes three of a
-    numpy array (a defensive copy, one into aligned memory, the assign), each into fresh memory:
-    a quarter of a segment's time per iteration at 25M weights (docs/benchmarks.md)."""
+    """Load flat weights (bytes or vector) into a Keras model, each variable from one copy of its
+    values into fresh aligned memory. ``model.set_weights`` makes three of a numpy array (a
+    defensive copy, one into aligned memory, the assign), each into fresh memory: 28-40 % of a
+    segment's samples per iteration at 25M weights (docs/benchmarks.md)."""
     flat = data if isinstance(data, np.ndarray) else from_bytes(data)
     for variable, array in zip(model.weights, unflatten(flat, manifest(model)), strict=True):
-        variable.assign(_tensor_over(array) if array.size else array)
+        _assign(variable, array)
+
+
+def _assign(variable: Any, values: np.ndarray) -> None:
+    """Float32 ``values`` into a variable of their size: over DLPack for a float32 variable, cast
+    for another (the optimizer's integer step counter)."""
+    values = values.reshape(variable.shape)
+    if values.size and str(variable.dtype) == "float32":
+        variable.assign(_tensor_of_copy(values))
+    else:
+        variable.assign(values.astype(variable.dtype))
 
 
 TF_ALIGNMENT = 64  # bytes: TensorFlow aborts the process on a tensor over memory aligned less
@@ -125,24 +135,23 @@ TF_ALIGNMENT = 64  # bytes: TensorFlow aborts the process on a tensor over memor
 
 def aligned_empty(size: int) -> np.ndarray:
     """An uninitialised float32 vector whose data starts on a ``TF_ALIGNMENT`` boundary, so that
-    its pieces can become tensors without a copy."""
+    it can become a tensor without a copy."""
     spare = TF_ALIGNMENT // WIRE_DTYPE.itemsize
     raw = np.empty(size + spare, dtype=WIRE_DTYPE)
     skip = (-raw.ctypes.data % TF_ALIGNMENT) // WIRE_DTYPE.itemsize
     return raw[skip : skip + size]
 
 
-def _tensor_over(array: np.ndarray) -> Any:
-    """A TensorFlow tensor over ``array``'s memory (DLPack: no copy), copied first into aligned
-    memory when TensorFlow could not take it as it is (read-only, not contiguous, misaligned)."""
+def _tensor_of_copy(array: np.ndarray) -> Any:
+    """A TensorFlow tensor over a fresh aligned copy of ``array`` (DLPack: the copy is the only
+    one). Never over the caller's memory: the assign sometimes keeps a tensor's memory as the
+    variable's own instead of copying it, and the caller's array may change later (the client's
+    merge refills its vector every iteration; a rule keeps the segment's start as its anchor)."""
     import tensorflow as tf
 
-    usable = array.flags.writeable and array.flags.c_contiguous
-    if not usable or array.ctypes.data % TF_ALIGNMENT:
-        aligned = aligned_empty(array.size).reshape(array.shape)
-        np.copyto(aligned, array)
-        array = aligned
-    return tf.experimental.dlpack.from_dlpack(array.__dlpack__())
+    copy = aligned_empty(array.size).reshape(array.shape)
+    np.copyto(copy, array)
+    return tf.experimental.dlpack.from_dlpack(copy.__dlpack__())
 
 
 def optimizer_vector(model: Any) -> np.ndarray:
@@ -158,5 +167,5 @@ def set_optimizer_vector(model: Any, flat: np.ndarray) -> None:
     start = 0
     for var in variables:
         n = int(np.prod(var.shape, dtype=np.int64))
-        var.assign(np.asarray(flat[start : start + n]).reshape(var.shape).astype(var.dtype))
+        _assign(var, np.asarray(flat[start : start + n]))
         start += n
