@@ -6,11 +6,10 @@ against gpcnn, in one run, repetitions interleaved (issues 12 and 26).
 
 Variants, per batch size: Keras ``fit`` with 2 and with 1 TensorFlow thread, ``fit`` with 1 thread
 in two processes at once on one half of the images each (the 2-core limit as measured), a
-``train_on_batch``
-loop with 2 threads (what a segment runs), gpcnn K = 1 with 2 threads and K = 2 with 1 thread per
-segment (one iteration = one epoch, ``merges_per_epoch=1``), each compiled with the loss and
-accuracy (``accuracy``, gpcnn's default: it computes them for every batch) and with the loss alone
-(``none``: ``metrics=()``), so that what the metric costs each side shows. They run in two
+``train_on_batch`` loop with 2 threads (what a segment runs), gpcnn K = 1 with 2 threads and K = 2
+with 1 thread per segment (one iteration = one epoch, ``merges_per_epoch=1``), each compiled with
+the loss and accuracy (``accuracy``, gpcnn's default: it computes them for every batch) and with
+the loss alone (``none``: ``metrics=()``), so that what the metric costs each side shows. They run in two
 worker processes (TF's thread count is fixed per process), kept for the whole run; every variant
 is warmed up once (tracing, TF and the model in the backends) before round 1. Each round runs
 every variant once; the report gives medians and, per batch size and metrics, the two targets as
