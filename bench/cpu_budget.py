@@ -1,0 +1,177 @@
+"""Where an iteration's CPU goes (issue 26, item 1): the CPU seconds each server process and this
+client spend per steady iteration of ``bench/overhead.py``'s dense model, against its wall time.
+
+    .venv/bin/python bench/cpu_budget.py [--size 25] [--iterations 12] [--out REPORT]
+
+One fit (K = 2, the overhead benchmark's estimator) on the embedded PostgreSQL; at the start and
+end of every iteration the user + system CPU of every ``postgres`` process (``/proc/PID/stat``) and
+of this process (all its threads) is read. Iterations from the fourth on are steady (the first
+loads TF and builds the model, the second and third start the retention's background delete).
+Per iteration: the wall seconds, the client's CPU, each server process's CPU labelled by what its
+title showed while the iteration ran (sampled every 50 ms: ``COPY`` for the segment sessions and
+the checkpoint's writer, ``DELETE`` and ``VACUUM`` for the retention's, helpers by name), and the
+total over all of them. The total divided by the machine's CPUs is the floor of an iteration's
+wall time on it: an iteration cannot end sooner than the cores can do its work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+
+from overhead import dense_model, estimator, keras, table_for
+
+import gpcnn
+
+TICKS = os.sysconf("SC_CLK_TCK")
+SAMPLE_SECONDS = 0.05
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU of a process (all threads), None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def _server_processes() -> dict[int, str]:
+    """pid -> process title of every postgres process of this machine's user."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() != "postgres":
+                continue
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        found[int(entry.name)] = title
+    return found
+
+
+def _snapshot() -> dict:
+    processes = _server_processes()
+    return {
+        "wall": time.perf_counter(),
+        "client": _cpu_seconds(os.getpid()),
+        "server": {pid: _cpu_seconds(pid) for pid in processes},
+    }
+
+
+def _role(title: str) -> str:
+    """A process's part from its title: the last word of a backend's, the name of a helper's."""
+    if title.startswith("postgres: ") and "(" in title:
+        return title.rsplit(" ", 1)[-1]  # "postgres: gpcnn gpcnn 127.0.0.1(4321) COPY"
+    return title.removeprefix("postgres: ") or "postmaster"
+
+
+class CpuPerIteration(keras.callbacks.Callback):
+    """Per iteration: wall, client CPU, and each server process's CPU, named by the roles its
+    title showed while the iteration ran (sampled every ``SAMPLE_SECONDS`` in a thread)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[dict] = []
+        self._start: dict | None = None
+        self._roles: dict[int, set[str]] = {}
+        self._running = threading.Event()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._start = _snapshot()
+        self._roles = {pid: set() for pid in self._start["server"]}
+        self._running.set()
+        threading.Thread(target=self._sample_roles, daemon=True).start()
+
+    def _sample_roles(self) -> None:
+        while self._running.is_set():
+            for pid, roles in list(self._roles.items()):
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
+                    roles.add(_role(title.replace(b"\0", b" ").decode().strip()))
+            time.sleep(SAMPLE_SECONDS)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._running.clear()
+        end, start = _snapshot(), self._start
+        titles = _server_processes()
+        server = []
+        for pid, seconds in end["server"].items():
+            if seconds is None:
+                continue
+            spent = seconds - (start["server"].get(pid) or 0.0)  # a new process: all of it
+            roles = (self._roles.get(pid) or {_role(titles.get(pid, ""))}) - {"idle"}
+            if spent > 0:
+                server.append({"role": "+".join(sorted(roles)) or "idle", "cpu": spent})
+        server.sort(key=lambda p: -p["cpu"])
+        client = end["client"] - start["client"]
+        self.rows.append(
+            {
+                "iteration": epoch + 1,
+                "wall": end["wall"] - start["wall"],
+                "client_cpu": client,
+                "server": server,
+                "total_cpu": client + sum(p["cpu"] for p in server),
+            }
+        )
+
+
+def measure(million: float, iterations: int) -> dict:
+    db = gpcnn.connect()
+    gpcnn.install(db)
+    table = table_for(db, 2)
+    cpu = CpuPerIteration()
+    est = estimator(db, dense_model(million), iterations=iterations)
+    with est:
+        est.fit(table, callbacks=[cpu])
+    gpcnn.delete_runs(db, [est.run_id_])
+    steady = cpu.rows[3:]
+    cpus = os.cpu_count() or 1
+    total = statistics.median(r["total_cpu"] for r in steady)
+    return {
+        "million": million,
+        "segments": 2,
+        "cpus": cpus,
+        "steady_iterations": len(steady),
+        "wall_median": statistics.median(r["wall"] for r in steady),
+        "client_cpu_median": statistics.median(r["client_cpu"] for r in steady),
+        "total_cpu_median": total,
+        "cpu_floor_seconds": total / cpus,
+        "rows": cpu.rows,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=float, default=25, help="million weights")
+    parser.add_argument("--iterations", type=int, default=12)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    report = measure(args.size, args.iterations)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    for row in report["rows"][3:]:
+        parts = ", ".join(f"{p['role']} {p['cpu']:.2f}" for p in row["server"] if p["cpu"] >= 0.02)
+        print(
+            f"iteration {row['iteration']}: wall {row['wall']:.2f} s, CPU {row['total_cpu']:.2f} s "
+            f"(client {row['client_cpu']:.2f}; {parts})"
+        )
+    print(
+        f"{report['million']}M K=2, medians of {report['steady_iterations']} steady iterations: "
+        f"wall {report['wall_median']:.2f} s, CPU {report['total_cpu_median']:.2f} s "
+        f"(client {report['client_cpu_median']:.2f}) -> floor on {report['cpus']} CPUs "
+        f"{report['cpu_floor_seconds']:.2f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
