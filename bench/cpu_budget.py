@@ -10,8 +10,10 @@ loads TF and builds the model, the second and third start the retention's backgr
 Per iteration: the wall seconds, the client's CPU, each server process's CPU labelled by what its
 title showed while the iteration ran (sampled every 50 ms: ``COPY`` for the segment sessions and
 the checkpoint's writer, ``DELETE`` and ``VACUUM`` for the retention's, helpers by name), and the
-total over all of them. The total divided by the machine's CPUs is the floor of an iteration's
-wall time on it: an iteration cannot end sooner than the cores can do its work.
+total over all of them (a process that ends within an iteration is missed; gpcnn's sessions are
+pooled, so none did in the runs docs/benchmarks.md quotes). The total divided by the machine's
+CPUs is the floor of an iteration's wall time on it: an iteration cannot end sooner than the
+cores can do its work.
 """
 
 from __future__ import annotations
