@@ -44,28 +44,30 @@ def _cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def _title(pid: int) -> str:
+    """A process's title (``ps``'s command line); FileNotFoundError when it is gone."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+
+
 def _server_processes() -> dict[int, str]:
     """pid -> process title of every postgres process of this machine's user."""
     found = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            if (entry / "comm").read_text().strip() != "postgres":
-                continue
-            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        found[int(entry.name)] = title
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            if (entry / "comm").read_text().strip() == "postgres":
+                found[int(entry.name)] = _title(int(entry.name))
     return found
 
 
 def _snapshot() -> dict:
-    processes = _server_processes()
+    titles = _server_processes()
     return {
         "wall": time.perf_counter(),
         "client": _cpu_seconds(os.getpid()),
-        "server": {pid: _cpu_seconds(pid) for pid in processes},
+        "server": {pid: _cpu_seconds(pid) for pid in titles},
+        "titles": titles,
     }
 
 
@@ -97,21 +99,19 @@ class CpuPerIteration(keras.callbacks.Callback):
         while self._running.is_set():
             for pid, roles in list(self._roles.items()):
                 with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                    title = Path(f"/proc/{pid}/cmdline").read_bytes()
-                    roles.add(_role(title.replace(b"\0", b" ").decode().strip()))
+                    roles.add(_role(_title(pid)))
             time.sleep(SAMPLE_SECONDS)
 
     def on_epoch_end(self, epoch, logs=None):
         self._running.clear()
         end, start = _snapshot(), self._start
-        titles = _server_processes()
         server = []
         for pid, seconds in end["server"].items():
             if seconds is None:
                 continue
             spent = seconds - (start["server"].get(pid) or 0.0)  # a new process: all of it
-            roles = (self._roles.get(pid) or {_role(titles.get(pid, ""))}) - {"idle"}
             if spent > 0:
+                roles = (self._roles.get(pid) or {_role(end["titles"][pid])}) - {"idle"}
                 server.append({"role": "+".join(sorted(roles)) or "idle", "cpu": spent})
         server.sort(key=lambda p: -p["cpu"])
         client = end["client"] - start["client"]
