@@ -2,6 +2,7 @@
 client spend per steady iteration of ``bench/overhead.py``'s dense model, against its wall time.
 
     .venv/bin/python bench/cpu_budget.py [--size 25] [--iterations 12] [--out REPORT]
+    .venv/bin/python bench/cpu_budget.py --size 25 --iterations 9 --wal-rounds 5 [--out REPORT]
 
 One fit (K = 2, the overhead benchmark's estimator) on the embedded PostgreSQL; at the start and
 end of every iteration the user + system CPU of every ``postgres`` process (``/proc/PID/stat``) and
@@ -14,6 +15,12 @@ total over all of them (a process that ends within an iteration is missed; gpcnn
 pooled, so none did in the runs docs/benchmarks.md quotes). The total divided by the machine's
 CPUs is the floor of an iteration's wall time on it: an iteration cannot end sooner than the
 cores can do its work.
+
+``--wal-rounds N``: what the checkpoints' write-ahead log costs. N interleaved rounds of two fits,
+``checkpoints`` as gpcnn ships it (logged) and the same table set UNLOGGED for the second fit (set
+back to logged after it, and on any error): the difference is the WAL's share of the iteration. An
+experiment, not an option of gpcnn's: an unlogged table is emptied by the crash recovery that any
+killed server process starts, which would lose every run's checkpoints (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from pathlib import Path
 from overhead import dense_model, estimator, keras, table_for
 
 import gpcnn
+from gpcnn.engines.migrations import qualified
 
 TICKS = os.sysconf("SC_CLK_TCK")
 SAMPLE_SECONDS = 0.05
@@ -151,12 +159,70 @@ def measure(million: float, iterations: int) -> dict:
     }
 
 
+@contextlib.contextmanager
+def checkpoints_unlogged():
+    """``checkpoints`` unlogged for the block, logged again after it whatever happens."""
+    db = gpcnn.connect()
+    gpcnn.install(db)
+    table = qualified(db.backend, "checkpoints")
+    with db.backend.autocommit_connection() as conn:
+        conn.exec_driver_sql(f"ALTER TABLE {table} SET UNLOGGED")
+    try:
+        yield
+    finally:
+        with db.backend.autocommit_connection() as conn:
+            conn.exec_driver_sql(f"ALTER TABLE {table} SET LOGGED")
+        db.close()
+
+
+def wal_share(million: float, iterations: int, rounds: int) -> dict:
+    """Interleaved rounds of the fit with ``checkpoints`` logged and unlogged."""
+    walls: dict[str, list[float]] = {"logged": [], "unlogged": []}
+    cpus: dict[str, list[float]] = {"logged": [], "unlogged": []}
+    for r in range(rounds):
+        for persistence in walls:
+            if persistence == "logged":
+                report = measure(million, iterations)
+            else:
+                with checkpoints_unlogged():
+                    report = measure(million, iterations)
+            walls[persistence].append(report["wall_median"])
+            cpus[persistence].append(report["total_cpu_median"])
+            print(
+                f"round {r + 1} {persistence}: wall {report['wall_median']:.2f} s, "
+                f"CPU {report['total_cpu_median']:.2f} s",
+                flush=True,
+            )
+    return {
+        "million": million,
+        "rounds": rounds,
+        "wall_medians": walls,
+        "cpu_medians": cpus,
+        "wall_median": {k: statistics.median(v) for k, v in walls.items()},
+        "cpu_median": {k: statistics.median(v) for k, v in cpus.items()},
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=float, default=25, help="million weights")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--wal-rounds", type=int, default=0, help="rounds of checkpoints logged against unlogged"
+    )
     args = parser.parse_args(argv)
+    if args.wal_rounds:
+        report = wal_share(args.size, args.iterations, args.wal_rounds)
+        if args.out:
+            args.out.write_text(json.dumps(report, indent=1))
+        walls, cpus = report["wall_median"], report["cpu_median"]
+        print(
+            f"{args.size}M K=2, medians of {args.wal_rounds} rounds: wall logged "
+            f"{walls['logged']:.2f} s, unlogged {walls['unlogged']:.2f} s; CPU logged "
+            f"{cpus['logged']:.2f} s, unlogged {cpus['unlogged']:.2f} s"
+        )
+        return 0
     report = measure(args.size, args.iterations)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
