@@ -2,15 +2,18 @@
 the embedded PostgreSQL, interleaved (``Backend.database_merge_bytes``; issue 25).
 
     .venv/bin/python bench/merge_place.py postgresql://gpadmin@127.0.0.1:7000/gpcnn \
-        [--sizes 1 25] [--rounds 3] [--spread-checkpoints] [--out bench/results/merge-place.json]
+        [--sizes 1 25] [--rounds 3] [--checkpoints replicated|COLUMNS] \
+        [--out bench/results/merge-place.json]
 
 Each round runs, per size, ``bench/overhead.py``'s three-iteration fit (K = 2, its dense model and
 table) on PostgreSQL, on Greenplum with the segments merging (the limit 0) and on Greenplum with
 the client merging (no limit), in that order, and prints each steady iteration's fixed cost and
-parts; then the medians and their ratios to PostgreSQL's. ``--spread-checkpoints`` compares,
-instead of the two merge places, the shipped code with ``checkpoints`` distributed by ``run_id``
-against the same in a schema of its own whose ``checkpoints`` are distributed by
-``(run_id, chunk)`` (each stored start broadcast from every primary).
+parts; then the medians and their ratios to PostgreSQL's. ``--checkpoints replicated`` or
+``--checkpoints COLUMNS`` compares, instead of the two merge places, the shipped code
+(``checkpoints`` distributed by ``run_id``: each stored start broadcast from the primary that holds
+it) with the same in a schema of its own whose ``checkpoints`` are ``DISTRIBUTED REPLICATED`` (a
+copy on every primary) or ``DISTRIBUTED BY (COLUMNS)`` (``run_id,chunk``: broadcast from every
+primary).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import overhead  # its settings first: TF threads, the tables
 import gpcnn
 
 PLACES = {"postgresql": None, "greenplum, database merge": 0, "greenplum, client merge": 1 << 62}
-SPREAD_SCHEMA = "gpcnn_bench_spread"
+DISTRIBUTED_SCHEMA = "gpcnn_bench_distributed"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -37,14 +40,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("greenplum", help="the Greenplum URL")
     parser.add_argument("--sizes", type=float, nargs="+", default=[1, 25])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--spread-checkpoints", action="store_true")
+    parser.add_argument("--checkpoints", metavar="COLUMNS", help="replicated, or e.g. run_id,chunk")
     parser.add_argument("--out", type=Path, default=Path("bench/results/merge-place.json"))
     args = parser.parse_args(argv)
     gp, pg = gpcnn.connect(args.greenplum), gpcnn.connect(None)
     handles = {"postgresql": pg}
-    if args.spread_checkpoints:
-        spread = gpcnn.connect(args.greenplum, schema=SPREAD_SCHEMA)
-        handles.update({"greenplum": gp, "greenplum, checkpoints by (run_id, chunk)": spread})
+    if args.checkpoints:
+        distributed = gpcnn.connect(args.greenplum, schema=DISTRIBUTED_SCHEMA)
+        quote = distributed.backend.quote
+        if args.checkpoints == "replicated":
+            clause = "REPLICATED"
+        else:
+            clause = f"BY ({', '.join(quote(c.strip()) for c in args.checkpoints.split(','))})"
+        handles.update({"greenplum": gp, f"greenplum, checkpoints {clause}": distributed})
     else:
         handles.update(dict.fromkeys(list(PLACES)[1:], gp))
     tables = {}
@@ -52,11 +60,10 @@ def main(argv: list[str] | None = None) -> int:
         gpcnn.install(db)
         overhead.SCHEMA = f"gpcnn_bench_place_{len(tables)}"  # a table per handle
         tables[place] = overhead.table_for(db, 2)
-    if args.spread_checkpoints:
-        with spread.begin() as conn:
+    if args.checkpoints:
+        with distributed.begin() as conn:
             conn.exec_driver_sql(
-                f"ALTER TABLE {spread.backend.qschema}.checkpoints "
-                "SET DISTRIBUTED BY (run_id, chunk)"
+                f"ALTER TABLE {distributed.backend.qschema}.checkpoints SET DISTRIBUTED {clause}"
             )
     fixed = defaultdict(list)
     for round_ in range(1, args.rounds + 1):
