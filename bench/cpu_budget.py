@@ -3,10 +3,13 @@ client spend per steady iteration of ``bench/overhead.py``'s dense model, agains
 
     .venv/bin/python bench/cpu_budget.py [--size 25] [--iterations 12] [--out REPORT]
     .venv/bin/python bench/cpu_budget.py --size 25 --iterations 9 --wal-rounds 5 [--out REPORT]
+    .venv/bin/python bench/cpu_budget.py --size 1 --database postgresql://gpadmin@127.0.0.1:7000/gpcnn
 
-One fit (K = 2, the overhead benchmark's estimator) on the embedded PostgreSQL; at the start and
-end of every iteration the user + system CPU of every ``postgres`` process (``/proc/PID/stat``) and
-of this process (all its threads) is read. Iterations from the fourth on are steady (the first
+One fit (K = 2, the overhead benchmark's estimator) on the embedded PostgreSQL, or on the server
+``--database`` names when it runs on this machine (a one-host Greenplum: its coordinator and
+segment processes are ``postgres`` processes too); at the start and end of every iteration the
+user + system CPU of every ``postgres`` process (``/proc/PID/stat``) and of this process (all its
+threads) is read. Iterations from the fourth on are steady (the first
 loads TF and builds the model, the second and third start the retention's background delete).
 Per iteration: the wall seconds, the client's CPU, each server process's CPU labelled by what its
 title showed while the iteration ran (sampled every 50 ms: ``COPY`` for the segment sessions and
@@ -29,6 +32,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import statistics
 import threading
 import time
@@ -80,9 +84,17 @@ def _snapshot() -> dict:
 
 
 def _role(title: str) -> str:
-    """A process's part from its title: the last word of a backend's, the name of a helper's."""
+    """A process's part from its title: the last word of a backend's, the name of a helper's; on
+    Greenplum the server's port, then what follows the session's ``conNNN`` (segment, slice, what
+    it runs)."""
+    words = title.split()
+    session = next((i for i, w in enumerate(words) if re.fullmatch(r"con\d+", w)), None)
+    if title.startswith("postgres: ") and session is not None:
+        # "postgres:  7002, gpadmin gpcnn 127.0.0.1(36058) con384 seg0 cmd5 slice1 MPPEXEC SELECT"
+        rest = [w for w in words[session + 1 :] if not re.fullmatch(r"cmd\d+|\S*\(\d+\)", w)]
+        return " ".join([words[1].rstrip(","), *rest])  # the port first: 7000 is the coordinator
     if title.startswith("postgres: ") and "(" in title:
-        return title.rsplit(" ", 1)[-1]  # "postgres: gpcnn gpcnn 127.0.0.1(4321) COPY"
+        return words[-1]  # "postgres: gpcnn gpcnn 127.0.0.1(4321) COPY"
     return title.removeprefix("postgres: ") or "postmaster"
 
 
@@ -134,8 +146,8 @@ class CpuPerIteration(keras.callbacks.Callback):
         )
 
 
-def measure(million: float, iterations: int) -> dict:
-    db = gpcnn.connect()
+def measure(million: float, iterations: int, url: str | None = None) -> dict:
+    db = gpcnn.connect(url)
     gpcnn.install(db)
     table = table_for(db, 2)
     cpu = CpuPerIteration()
@@ -208,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=float, default=25, help="million weights")
     parser.add_argument("--iterations", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--database", default=None, help="a server on this machine (URL)")
     parser.add_argument(
         "--wal-rounds", type=int, default=0, help="rounds of checkpoints logged against unlogged"
     )
@@ -223,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{cpus['logged']:.2f} s, unlogged {cpus['unlogged']:.2f} s"
         )
         return 0
-    report = measure(args.size, args.iterations)
+    report = measure(args.size, args.iterations, args.database)
     if args.out:
         args.out.write_text(json.dumps(report, indent=1))
     for row in report["rows"][3:]:
