@@ -172,9 +172,9 @@ def measure(million: float, iterations: int, url: str | None = None) -> dict:
 
 
 @contextlib.contextmanager
-def checkpoints_unlogged():
+def checkpoints_unlogged(url: str | None = None):
     """``checkpoints`` unlogged for the block, logged again after it whatever happens."""
-    db = gpcnn.connect()
+    db = gpcnn.connect(url)
     gpcnn.install(db)
     table = qualified(db.backend, "checkpoints")
     with db.backend.autocommit_connection() as conn:
@@ -187,17 +187,17 @@ def checkpoints_unlogged():
         db.close()
 
 
-def wal_share(million: float, iterations: int, rounds: int) -> dict:
+def wal_share(million: float, iterations: int, rounds: int, url: str | None = None) -> dict:
     """Interleaved rounds of the fit with ``checkpoints`` logged and unlogged."""
     walls: dict[str, list[float]] = {"logged": [], "unlogged": []}
     cpus: dict[str, list[float]] = {"logged": [], "unlogged": []}
     for r in range(rounds):
         for persistence in walls:
             if persistence == "logged":
-                report = measure(million, iterations)
+                report = measure(million, iterations, url)
             else:
-                with checkpoints_unlogged():
-                    report = measure(million, iterations)
+                with checkpoints_unlogged(url):
+                    report = measure(million, iterations, url)
             walls[persistence].append(report["wall_median"])
             cpus[persistence].append(report["total_cpu_median"])
             print(
@@ -226,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.wal_rounds:
-        report = wal_share(args.size, args.iterations, args.wal_rounds)
+        report = wal_share(args.size, args.iterations, args.wal_rounds, args.database)
         if args.out:
             args.out.write_text(json.dumps(report, indent=1))
         walls, cpus = report["wall_median"], report["cpu_median"]
