@@ -55,6 +55,32 @@ def test_accumulate_and_finish_stream_the_same_average():
         averaging.finish(s_a, 0)
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_the_averager_gives_the_bits_of_the_accumulated_sums_block_by_block(k):
+    # finish(0 + S_0 + S_1 + ...) is the reference (the database's products, added in the same
+    # order from 0); the Averager works in blocks of 5 over 23 values, so blocks end unevenly.
+    rng = np.random.default_rng(k)
+    models = [rng.standard_normal(23).astype(np.float32) for _ in range(k)]
+    for model in models:
+        model[:3] = [-0.0, 0.0, -0.0]  # signed zeros: a sum from 0 makes every -0.0 a +0.0
+    counts = [int(n) for n in rng.integers(1, 2**30, k)]
+    sums = sum((averaging.accumulate(m, n) for m, n in zip(models, counts, strict=True)), 0)
+    expected = averaging.finish(sums, sum(counts))
+    out = np.full(23, np.nan, dtype=np.float32)
+    got = averaging.Averager(block_values=5).average(models, counts, out)
+    assert got is out
+    assert got.tobytes() == expected.tobytes()
+    assert averaging.weighted_average(models, counts).tobytes() == expected.tobytes()
+
+
+def test_the_averager_refuses_models_of_another_size_or_no_images():
+    averager = averaging.Averager(block_values=4)
+    with pytest.raises(ValueError, match=r"models of \[2, 3\] values for an average of 3"):
+        averager.average([f32(1, 2, 3), f32(1, 2)], [1, 1], np.empty(3, np.float32))
+    with pytest.raises(ValueError, match="no images"):
+        averager.average([f32(1, 2, 3)], [0], np.empty(3, np.float32))
+
+
 def test_counts_are_exact_beyond_float32():
     # 2**24 + 1 is not a float32; in float64 the weighted average stays exact.
     big = 2**24 + 1

@@ -409,7 +409,6 @@ def per_key_result(rows: list[tuple], keys: Sequence[int]) -> Trained:
 AVERAGE_NICENESS = 10  # the averaging thread: behind the segments (0), ahead of nice-19 jobs
 AVERAGE_LEAD_CHUNKS = 2  # how far one stream may run ahead of the slowest before it waits
 AVERAGE_QUEUE_CHUNKS = 1  # complete chunks waiting for the averaging thread before streams wait
-AVERAGE_BLOCK_VALUES = 1 << 18  # averaged at a time: the float64 temporaries stay small
 
 
 class StreamingAverage:
@@ -502,17 +501,16 @@ class StreamingAverage:
     def _average_complete(self) -> None:
         with contextlib.suppress(OSError):  # not on every platform; only speed depends on it
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), AVERAGE_NICENESS)
+        averager = averaging.Averager()
         while (item := self._complete.get()) is not None:
             chunk, parts, counts = item
             try:
                 offset = chunk * self.chunk_values
-                for start in range(0, parts[0].size, AVERAGE_BLOCK_VALUES):
-                    block = [part[start : start + AVERAGE_BLOCK_VALUES] for part in parts]
-                    average = averaging.weighted_average(block, counts)
-                    self.vector[offset + start : offset + start + average.size] = average
-                    self._averaged += average.size
+                whole = self.vector[offset : offset + parts[0].size]
+                averager.average(parts, counts, whole)
+                self._averaged += whole.size
                 if self._on_chunk is not None:
-                    self._on_chunk(chunk, self.vector[offset : offset + parts[0].size])
+                    self._on_chunk(chunk, whole)
             except BaseException as e:  # reported by result()
                 self._error = e
 
