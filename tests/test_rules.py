@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
+from gpcnn.engines import averager
 from gpcnn.fit import rules
 from gpcnn.kernel import averaging, segment, wire
 
@@ -32,7 +33,7 @@ def f32(*values) -> np.ndarray:
 
 def avg(segments: dict[int, np.ndarray]) -> np.ndarray:
     """What the database hands the rule: the count-weighted average of the segment models."""
-    return averaging.weighted_average([segments[k] for k in KEYS], [COUNTS[k] for k in KEYS])
+    return averager.weighted_average([segments[k] for k in KEYS], [COUNTS[k] for k in KEYS])
 
 
 # -- the streamed weighted average ------------------------------------------------------------
@@ -40,7 +41,7 @@ def avg(segments: dict[int, np.ndarray]) -> np.ndarray:
 
 def test_weighted_average_by_hand():
     # (1 * [1, 2, 3] + 3 * [5, 6, 7]) / 4 = [16, 20, 24] / 4
-    got = averaging.weighted_average([f32(1, 2, 3), f32(5, 6, 7)], [1, 3])
+    got = averager.weighted_average([f32(1, 2, 3), f32(5, 6, 7)], [1, 3])
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, f32(4, 5, 6))
 
@@ -67,24 +68,24 @@ def test_the_averager_gives_the_bits_of_the_accumulated_sums_block_by_block(k):
     sums = sum((averaging.accumulate(m, n) for m, n in zip(models, counts, strict=True)), 0)
     expected = averaging.finish(sums, sum(counts))
     out = np.full(23, np.nan, dtype=np.float32)
-    got = averaging.Averager(block_values=5).average(models, counts, out)
+    got = averager.Averager(block_values=5).average(models, counts, out)
     assert got is out
     assert got.tobytes() == expected.tobytes()
-    assert averaging.weighted_average(models, counts).tobytes() == expected.tobytes()
+    assert averager.weighted_average(models, counts).tobytes() == expected.tobytes()
 
 
 def test_the_averager_refuses_models_of_another_size_or_no_images():
-    averager = averaging.Averager(block_values=4)
+    small = averager.Averager(block_values=4)
     with pytest.raises(ValueError, match=r"models of \[2, 3\] values for an average of 3"):
-        averager.average([f32(1, 2, 3), f32(1, 2)], [1, 1], np.empty(3, np.float32))
+        small.average([f32(1, 2, 3), f32(1, 2)], [1, 1], np.empty(3, np.float32))
     with pytest.raises(ValueError, match="no images"):
-        averager.average([f32(1, 2, 3)], [0], np.empty(3, np.float32))
+        small.average([f32(1, 2, 3)], [0], np.empty(3, np.float32))
 
 
 def test_counts_are_exact_beyond_float32():
     # 2**24 + 1 is not a float32; in float64 the weighted average stays exact.
     big = 2**24 + 1
-    got = averaging.weighted_average([f32(0, 0, 0), f32(2, 2, 2)], [big, big])
+    got = averager.weighted_average([f32(0, 0, 0), f32(2, 2, 2)], [big, big])
     np.testing.assert_array_equal(got, f32(1, 1, 1))
 
 
@@ -208,7 +209,7 @@ def test_bmuf_with_eta_0_and_zeta_1_is_average(nesterov):
         np.testing.assert_allclose(sent_b, sent_a, rtol=1e-6, atol=1e-7)
         noise = [rng.normal(scale=0.1, size=size).astype(np.float32) for _ in keys]
         merged = {
-            name: averaging.weighted_average([s + e for e in noise], counts)
+            name: averager.weighted_average([s + e for e in noise], counts)
             for name, s in (("bmuf", sent_b), ("average", sent_a))
         }
         bmuf.update(merged["bmuf"], None, dict(zip(keys, counts, strict=True)))
@@ -268,7 +269,7 @@ def test_easgd_keeps_per_segment_models_distinct():
     for _ in range(3):
         sent = rule.sent(keys)
         segments = {k: sent[k] + rng.normal(scale=0.1, size=50).astype(np.float32) for k in keys}
-        average = averaging.weighted_average(list(segments.values()), [1] * len(keys))
+        average = averager.weighted_average(list(segments.values()), [1] * len(keys))
         rule.update(average, segments, dict.fromkeys(keys, 1))
         sent = rule.sent(keys)
         for i in keys:
@@ -783,9 +784,9 @@ def _data_parallel(template, x, y, *, optimizer, merges, steps_per_merge, policy
                 workers[k].step(xs, ys)
             models.append(workers[k].weights())
             states[k] = workers[k].state()
-        weights = averaging.weighted_average(models, [SHARD] * K)
+        weights = averager.weighted_average(models, [SHARD] * K)
         if policy == "average":
-            states = [averaging.weighted_average(states, [SHARD] * K)] * K
+            states = [averager.weighted_average(states, [SHARD] * K)] * K
     return weights
 
 

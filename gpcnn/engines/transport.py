@@ -27,7 +27,8 @@ from typing import Protocol
 import numpy as np
 import sqlalchemy as sa
 
-from gpcnn.kernel import averaging, segment
+from gpcnn.engines.averager import Averager
+from gpcnn.kernel import segment
 
 COPY_HEADER = b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0)
 COPY_TRAILER = struct.pack("!h", -1)
@@ -414,7 +415,7 @@ AVERAGE_QUEUE_CHUNKS = 1  # complete chunks waiting for the averaging thread bef
 class StreamingAverage:
     """The database's ``merge_chunks``, here, as the K result streams arrive (``BinaryRows`` sinks
     in K threads call ``add``): chunk i is averaged over the keys in the order of ``keys`` (shard
-    order, as the database merges; ``averaging.weighted_average``: float64 sums, exact integer
+    order, as the database merges; ``averager.Averager``: float64 sums, exact integer
     counts) once every key has sent it, and its K parts are dropped. So the client holds the
     average and a few chunks, not K trained vectors: with one key per stream (``paced``), a
     stream more than ``AVERAGE_LEAD_CHUNKS`` ahead of the slowest waits for it, and streams wait
@@ -501,7 +502,7 @@ class StreamingAverage:
     def _average_complete(self) -> None:
         with contextlib.suppress(OSError):  # not on every platform; only speed depends on it
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), AVERAGE_NICENESS)
-        averager = averaging.Averager()
+        averager = Averager()
         while (item := self._complete.get()) is not None:
             chunk, parts, counts = item
             try:
