@@ -29,7 +29,7 @@ def test_the_shipped_statements_carry_no_client_side_code():
     rules_source = (PACKAGE / "fit" / "rules.py").read_text()
     assert "class BlockMomentum" in rules_source
     assert "class BlockMomentum" not in text
-    assert "def accumulate" in text  # the kernel's averaging is shipped
+    assert "def weighted_average" in text  # the kernel's averaging is shipped
 
 
 def _bundle_id_of_copy(tmp_path: Path, edit: str | None) -> str:

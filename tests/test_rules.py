@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import pytest
 
-from gpcnn.engines import averager
 from gpcnn.fit import rules
 from gpcnn.kernel import averaging, segment, wire
 
@@ -33,7 +32,7 @@ def f32(*values) -> np.ndarray:
 
 def avg(segments: dict[int, np.ndarray]) -> np.ndarray:
     """What the database hands the rule: the count-weighted average of the segment models."""
-    return averager.weighted_average([segments[k] for k in KEYS], [COUNTS[k] for k in KEYS])
+    return averaging.weighted_average([segments[k] for k in KEYS], [COUNTS[k] for k in KEYS])
 
 
 # -- the streamed weighted average ------------------------------------------------------------
@@ -41,7 +40,7 @@ def avg(segments: dict[int, np.ndarray]) -> np.ndarray:
 
 def test_weighted_average_by_hand():
     # (1 * [1, 2, 3] + 3 * [5, 6, 7]) / 4 = [16, 20, 24] / 4
-    got = averager.weighted_average([f32(1, 2, 3), f32(5, 6, 7)], [1, 3])
+    got = averaging.weighted_average([f32(1, 2, 3), f32(5, 6, 7)], [1, 3])
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, f32(4, 5, 6))
 
@@ -56,36 +55,10 @@ def test_accumulate_and_finish_stream_the_same_average():
         averaging.finish(s_a, 0)
 
 
-@pytest.mark.parametrize("k", [1, 2, 3])
-def test_the_averager_gives_the_bits_of_the_accumulated_sums_block_by_block(k):
-    # finish(0 + S_0 + S_1 + ...) is the reference (the database's products, added in the same
-    # order from 0); the Averager works in blocks of 5 over 23 values, so blocks end unevenly.
-    rng = np.random.default_rng(k)
-    models = [rng.standard_normal(23).astype(np.float32) for _ in range(k)]
-    for model in models:
-        model[:3] = [-0.0, 0.0, -0.0]  # signed zeros: a sum from 0 makes every -0.0 a +0.0
-    counts = [int(n) for n in rng.integers(1, 2**30, k)]
-    sums = sum((averaging.accumulate(m, n) for m, n in zip(models, counts, strict=True)), 0)
-    expected = averaging.finish(sums, sum(counts))
-    out = np.full(23, np.nan, dtype=np.float32)
-    got = averager.Averager(block_values=5).average(models, counts, out)
-    assert got is out
-    assert got.tobytes() == expected.tobytes()
-    assert averager.weighted_average(models, counts).tobytes() == expected.tobytes()
-
-
-def test_the_averager_refuses_models_of_another_size_or_no_images():
-    small = averager.Averager(block_values=4)
-    with pytest.raises(ValueError, match=r"models of \[2, 3\] values for an average of 3"):
-        small.average([f32(1, 2, 3), f32(1, 2)], [1, 1], np.empty(3, np.float32))
-    with pytest.raises(ValueError, match="no images"):
-        small.average([f32(1, 2, 3)], [0], np.empty(3, np.float32))
-
-
 def test_counts_are_exact_beyond_float32():
     # 2**24 + 1 is not a float32; in float64 the weighted average stays exact.
     big = 2**24 + 1
-    got = averager.weighted_average([f32(0, 0, 0), f32(2, 2, 2)], [big, big])
+    got = averaging.weighted_average([f32(0, 0, 0), f32(2, 2, 2)], [big, big])
     np.testing.assert_array_equal(got, f32(1, 1, 1))
 
 
@@ -209,7 +182,7 @@ def test_bmuf_with_eta_0_and_zeta_1_is_average(nesterov):
         np.testing.assert_allclose(sent_b, sent_a, rtol=1e-6, atol=1e-7)
         noise = [rng.normal(scale=0.1, size=size).astype(np.float32) for _ in keys]
         merged = {
-            name: averager.weighted_average([s + e for e in noise], counts)
+            name: averaging.weighted_average([s + e for e in noise], counts)
             for name, s in (("bmuf", sent_b), ("average", sent_a))
         }
         bmuf.update(merged["bmuf"], None, dict(zip(keys, counts, strict=True)))
@@ -269,7 +242,7 @@ def test_easgd_keeps_per_segment_models_distinct():
     for _ in range(3):
         sent = rule.sent(keys)
         segments = {k: sent[k] + rng.normal(scale=0.1, size=50).astype(np.float32) for k in keys}
-        average = averager.weighted_average(list(segments.values()), [1] * len(keys))
+        average = averaging.weighted_average(list(segments.values()), [1] * len(keys))
         rule.update(average, segments, dict.fromkeys(keys, 1))
         sent = rule.sent(keys)
         for i in keys:
@@ -784,9 +757,9 @@ def _data_parallel(template, x, y, *, optimizer, merges, steps_per_merge, policy
                 workers[k].step(xs, ys)
             models.append(workers[k].weights())
             states[k] = workers[k].state()
-        weights = averager.weighted_average(models, [SHARD] * K)
+        weights = averaging.weighted_average(models, [SHARD] * K)
         if policy == "average":
-            states = [averager.weighted_average(states, [SHARD] * K)] * K
+            states = [averaging.weighted_average(states, [SHARD] * K)] * K
     return weights
 
 

@@ -13,11 +13,10 @@ import sqlalchemy as sa
 from tiny import learnable_images, tiny_cnn
 
 from gpcnn.data.tables import TableName, describe, load_images
-from gpcnn.engines import averager
 from gpcnn.engines.catalog import Catalog
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import rules, runs
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import averaging, segment, wire
 
 keras = segment.keras_module()
 
@@ -228,7 +227,7 @@ def test_none_trains_each_segment_alone(engine, schema, model, tables):
 
     # model_ is the one-shot count-weighted average of the K local models
     counts = [sum(len(labels) for _, labels in buffers[k]) for k in keys]
-    one_shot = averager.weighted_average([stored[k] for k in keys], counts)
+    one_shot = averaging.weighted_average([stored[k] for k in keys], counts)
     np.testing.assert_allclose(flat(est), one_shot, atol=1e-7, rtol=0)
 
     for row in est.history_:
@@ -379,7 +378,7 @@ def trained_in_process(model, info, buffers, iterations, *, mu=0.0, scaffold=Non
             trained[key] = wire.flatten(local.get_weights())
             control = (w - trained[key]) / np.float32(rate_sum) - d
             controls[key] = np.where(mask, control, 0).astype(np.float32)
-        average = averager.weighted_average([trained[k] for k in keys], [counts[k] for k in keys])
+        average = averaging.weighted_average([trained[k] for k in keys], [counts[k] for k in keys])
         if scaffold is None:
             w = average
         else:

@@ -2,7 +2,7 @@
 
 ``connect`` gives the handle (``Database``); ``base``/``postgres``/``greenplum`` hold what differs per
 engine (DDL, settings, dispatch of an iteration); ``transport`` how vectors travel in chunks (COPY,
-transfers, result streams) and ``averager`` the client's average of them; ``catalog`` the statements on gpcnn's own tables (``Catalog``) and
+transfers, result streams); ``catalog`` the statements on gpcnn's own tables (``Catalog``) and
 ``migrations`` their shape; ``functions`` the DDL of the in-database functions; ``sessions`` the
 segment sessions.
 No other layer imports the driver: ``DatabaseError`` (an error the server raised, with ``orig``)

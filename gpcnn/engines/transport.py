@@ -27,8 +27,7 @@ from typing import Protocol
 import numpy as np
 import sqlalchemy as sa
 
-from gpcnn.engines.averager import Averager
-from gpcnn.kernel import segment
+from gpcnn.kernel import averaging, segment
 
 COPY_HEADER = b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0)
 COPY_TRAILER = struct.pack("!h", -1)
@@ -410,12 +409,13 @@ def per_key_result(rows: list[tuple], keys: Sequence[int]) -> Trained:
 AVERAGE_NICENESS = 10  # the averaging thread: behind the segments (0), ahead of nice-19 jobs
 AVERAGE_LEAD_CHUNKS = 2  # how far one stream may run ahead of the slowest before it waits
 AVERAGE_QUEUE_CHUNKS = 1  # complete chunks waiting for the averaging thread before streams wait
+AVERAGE_BLOCK_VALUES = 1 << 18  # averaged at a time: the float64 temporaries stay small
 
 
 class StreamingAverage:
     """The database's ``merge_chunks``, here, as the K result streams arrive (``BinaryRows`` sinks
     in K threads call ``add``): chunk i is averaged over the keys in the order of ``keys`` (shard
-    order, as the database merges; ``averager.Averager``: float64 sums, exact integer
+    order, as the database merges; ``averaging.weighted_average``: float64 sums, exact integer
     counts) once every key has sent it, and its K parts are dropped. So the client holds the
     average and a few chunks, not K trained vectors: with one key per stream (``paced``), a
     stream more than ``AVERAGE_LEAD_CHUNKS`` ahead of the slowest waits for it, and streams wait
@@ -502,16 +502,17 @@ class StreamingAverage:
     def _average_complete(self) -> None:
         with contextlib.suppress(OSError):  # not on every platform; only speed depends on it
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), AVERAGE_NICENESS)
-        averager = Averager()
         while (item := self._complete.get()) is not None:
             chunk, parts, counts = item
             try:
                 offset = chunk * self.chunk_values
-                whole = self.vector[offset : offset + parts[0].size]
-                averager.average(parts, counts, whole)
-                self._averaged += whole.size
+                for start in range(0, parts[0].size, AVERAGE_BLOCK_VALUES):
+                    block = [part[start : start + AVERAGE_BLOCK_VALUES] for part in parts]
+                    average = averaging.weighted_average(block, counts)
+                    self.vector[offset + start : offset + start + average.size] = average
+                    self._averaged += average.size
                 if self._on_chunk is not None:
-                    self._on_chunk(chunk, whole)
+                    self._on_chunk(chunk, self.vector[offset : offset + parts[0].size])
             except BaseException as e:  # reported by result()
                 self._error = e
 

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpcnn.data.tables import ImageTable, buffer_counts
-from gpcnn.engines import Database, averager
+from gpcnn.engines import Database
 from gpcnn.engines.base import StoredStart
 from gpcnn.engines.catalog import Catalog, reclaim
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.transport import EVERY_KEY
 from gpcnn.fit import rules
 from gpcnn.fit.errors import TrainingError, database_call, once_more_if_lost
-from gpcnn.kernel import wire
+from gpcnn.kernel import averaging, wire
 from gpcnn.kernel.protocol import SegmentOptions
 
 
@@ -410,13 +410,13 @@ class Training:
         }
         metrics["images"] = sum(counts)
         segments = {k: v[: self.weight_count] for k, (_, v) in decoded.items()}
-        average = averager.weighted_average(list(segments.values()), counts)
+        average = averaging.weighted_average(list(segments.values()), counts)
         if self.policy == "local":
             self.segment_optimizers = {
                 k: v[self.weight_count :].copy() for k, (_, v) in decoded.items()
             }
         elif self.policy == "average":
-            self.shared_optimizer = averager.weighted_average(
+            self.shared_optimizer = averaging.weighted_average(
                 [v[self.weight_count :] for _, v in decoded.values()], counts
             )
         return metrics, average, segments, controls

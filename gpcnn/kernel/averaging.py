@@ -1,12 +1,13 @@
 """The streamed image-weighted average of flat weight vectors (numpy only): MADlib's merge.
 
-Run inside the database: ``accumulate`` per segment, adding in the aggregate's merge function,
-``finish`` in its final function. Sums are float64 and counts exact integers (MADlib's float32
-count is exact only to 2**24). The client's average (``gpcnn.engines.averager``) gives the same
-bits.
+Run inside the database (``accumulate`` per segment, adding in the aggregate's merge function,
+``finish`` in its final function) and by the client's streaming average: the same code both sides.
+Sums are float64 and counts exact integers (MADlib's float32 count is exact only to 2**24).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,3 +24,9 @@ def finish(weight_sum: Vector, count: int) -> Vector:
     if int(count) <= 0:
         raise ValueError("cannot average models that saw no images")
     return (np.asarray(weight_sum, dtype=np.float64) / int(count)).astype(np.float32)
+
+
+def weighted_average(models: Sequence[Vector], counts: Sequence[int]) -> Vector:
+    """MADlib's merge: ``sum(n_k * w_k) / sum(n_k)``."""
+    total = sum(accumulate(m, n) for m, n in zip(models, counts, strict=True))
+    return finish(total, sum(int(n) for n in counts))
