@@ -130,6 +130,26 @@ def test_models_rotate_over_three_segments_and_a_resumed_search_equals_an_uninte
     assert [est.run_id_ for est in resumed] == ids
 
 
+def test_a_run_resumed_beside_one_an_epoch_ahead_keeps_its_own_place_in_the_rotation(
+    engine, tables
+):
+    """A client killed between two runs' rows of one epoch leaves them an epoch apart: the one
+    behind must still visit the keys in its own order, not the order of a search of one."""
+    configs = [
+        {"model": dense_net(), "learning_rate": 0.05},
+        {"model": dense_net(), "learning_rate": 0.01},
+    ]
+    whole = gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, **COMMON)
+    behind = gpcnn.fit_multiple(engine, WIDE, configs, epochs=1, **COMMON)
+    ids = [whole[0].run_id_, behind[1].run_id_]
+    mixed = gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, resume=ids, **COMMON)
+    for a, b in zip(whole, mixed, strict=True):
+        np.testing.assert_array_equal(
+            wire.flatten(a.model_.get_weights()), wire.flatten(b.model_.get_weights())
+        )
+    assert [len(runs.load_run(engine, i).iterations) for i in ids] == [2, 2]
+
+
 def test_a_configurations_run_is_not_resumed_by_a_plain_fit_under_a_merge_rule(engine, tables):
     (est,) = gpcnn.fit_multiple(engine, TRAIN, [{"model": dense_net()}], epochs=1, **COMMON)
     plain = gpcnn.GreenplumCNN(dense_net(), iterations=2, database=engine, **COMMON)

@@ -90,8 +90,7 @@ def train(db: Database, info: ImageTable, members: Sequence[Member], epochs: int
     }  # fmt: skip
     try:
         for epoch in range(min(len(m.history) for m in members) + 1, epochs + 1):
-            behind = [m for m in members if len(m.history) < epoch]
-            _epoch(db, info, keys, part, behind, sessions, epoch)
+            _epoch(db, info, keys, part, members, sessions, epoch)
         for m in members:
             runs.set_status(db, m.run_id, "finished")
     except BaseException as e:
@@ -107,22 +106,28 @@ def train(db: Database, info: ImageTable, members: Sequence[Member], epochs: int
 
 
 def _epoch(db, info, keys, part, members, sessions, epoch: int) -> None:
-    """One epoch of ``members``: its hops in turn, then each member's row and checkpoint."""
+    """Epoch ``epoch`` of the members still behind it: the hops in turn, then each one's row and
+    checkpoint. The schedule is always the one of all ``members``, so a member resumed while
+    another already stored this epoch visits the keys in the order an uninterrupted search
+    gives it; a hop's ahead members simply sit it out."""
     started = time.perf_counter()
-    done: dict[int, list[dict]] = {m.run_id: [] for m in members}
+    behind = {i for i, m in enumerate(members) if len(m.history) < epoch}
+    done: dict[int, list[dict]] = {i: [] for i in behind}
     with ThreadPoolExecutor(max_workers=len(keys), thread_name_prefix="gpcnn-hop") as pool:
         for hop in hops(len(members), keys):
+            moving = {i: key for i, key in hop.items() if i in behind}
             trainings = [
                 pool.submit(
                     _visit, db, info, part, keys.index(key), members[i], sessions[members[i].run_id],
-                    (epoch - 1) * len(keys) + len(done[members[i].run_id]) + 1,
+                    (epoch - 1) * len(keys) + len(done[i]) + 1,
                 )
-                for i, key in hop.items()
+                for i, key in moving.items()
             ]  # fmt: skip
-            for i, future in zip(hop, trainings, strict=True):
-                done[members[i].run_id].append(future.result())
-    for m in members:
-        _finish_epoch(db, m, done[m.run_id], sessions[m.run_id], epoch, started)
+            for i, future in zip(moving, trainings, strict=True):
+                done[i].append(future.result())
+    for i in sorted(behind):
+        m = members[i]
+        _finish_epoch(db, m, done[i], sessions[m.run_id], epoch, started)
 
 
 def _visit(db, info, part, index: int, member: Member, sessions, visit: int) -> dict:
