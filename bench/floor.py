@@ -1,0 +1,259 @@
+"""The least CPU a steady iteration can take on this machine (issue 26, item 1): the data it must
+move, moved by PostgreSQL's, numpy's and TensorFlow's own primitives with no gpcnn code in the
+path, so its sum over the machine's CPUs is a floor that no design can beat here.
+
+    .venv/bin/python bench/floor.py [--size 25] [--rounds 5] [--out REPORT]
+
+Whatever the design, a steady iteration of ``merge="average"`` at K = 2 on the embedded
+PostgreSQL, the next start being the stored model, has to:
+- ``write``: store the merged model logged before its row (an unlogged table is emptied by the
+  crash recovery any killed server process starts): one binary COPY of the model in 1 MiB chunks
+  into a table laid out as ``checkpoints`` (``bytea`` with ``STORAGE EXTERNAL``);
+- ``read_send``: in each of the K segment processes read the stored model (its TOAST rows), hand
+  it to PL/Python and take as many bytes back (a PL/Python function returning its ``bytea``
+  argument: the conversion in and out that any PL/Python segment pays), and send them to the
+  client: ``COPY (SELECT through_python(data) …) TO STDOUT`` in K sessions at once, drained by
+  the client in K threads (``--without-python``: the plain column, to see what PL/Python adds);
+- ``average``: average the K vectors in float64 into a float32 model (numpy, in the client);
+- ``keras``: load the start into the model's variables and read the trained weights back, once per
+  segment (``Variable.assign`` and ``numpy()``, in this process), and the average into the
+  client's model once.
+Not counted, so the real floor is higher: the training itself (the fixed cost subtracts it), the
+retention's delete of the previous checkpoint, the start's assembly into one array and the trained
+vector's cut into chunks, the server's WAL writer and checkpointer when they run later.
+
+Each part runs ``--rounds`` times, the parts interleaved within a round; its CPU is the user +
+system time of the server's processes (``pg_stat_activity``: backends, WAL writer, checkpointer,
+…) plus this process (all threads), read from /proc before and after. The report gives each
+part's median, their sum, and that sum over the CPUs: the floor of the iteration's fixed cost on
+this machine, however the parts overlap.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import struct
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from cpu_budget import _cpu_seconds
+from overhead import dense_model, keras
+
+import gpcnn
+
+SCHEMA = "gpcnn_floor"
+CHUNK_BYTES = 1 << 20
+K = 2
+BLOCK = 1 << 18  # values averaged at a time
+
+
+def _cpu_now(server: list[int]) -> float:
+    """CPU seconds spent so far by this process and the ``server``'s processes."""
+    spent = sum(s for pid in server if (s := _cpu_seconds(pid)) is not None)
+    return spent + _cpu_seconds(os.getpid())
+
+
+def _timed(part, server: list[int]) -> dict:
+    """``part()``'s wall and CPU seconds (this process and the server's)."""
+    cpu, wall = _cpu_now(server), time.perf_counter()
+    part()
+    return {"wall": time.perf_counter() - wall, "cpu": _cpu_now(server) - cpu}
+
+
+def _copy_payload(model: bytes) -> bytes:
+    """The model as PostgreSQL's binary COPY stream of (chunk int4, data bytea) rows."""
+    out = io.BytesIO()
+    out.write(b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0))
+    for chunk, start in enumerate(range(0, len(model), CHUNK_BYTES)):
+        piece = model[start : start + CHUNK_BYTES]
+        out.write(struct.pack("!hiii", 2, 4, chunk, len(piece)) + piece)
+    out.write(struct.pack("!h", -1))
+    return out.getvalue()
+
+
+class _Drain(io.RawIOBase):
+    """A file for ``copy_expert`` that counts what it is given and keeps none of it."""
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+    def write(self, data) -> int:
+        self.bytes += len(data)
+        return len(data)
+
+
+class Primitives:
+    """The parts over one server: a logged chunk table, K sessions, the model's bytes."""
+
+    def __init__(self, db, million: float, through_python: bool = True) -> None:
+        self.db = db
+        self.through_python = through_python
+        self.model = dense_model(million)
+        self.vector = np.concatenate([w.ravel() for w in self.model.get_weights()])
+        self.payload = _copy_payload(self.vector.tobytes())
+        self.schema = db.backend.quote(SCHEMA)
+        self.table = f"{self.schema}.{db.backend.quote('stored')}"
+        self.sessions = [db.engine.raw_connection() for _ in range(K + 1)]
+        with self.sessions[0].cursor() as cur:
+            cur.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+            cur.execute(f"DROP TABLE IF EXISTS {self.table}")
+            cur.execute(f"CREATE TABLE {self.table} (chunk int4 PRIMARY KEY, data bytea)")
+            cur.execute(f"ALTER TABLE {self.table} ALTER data SET STORAGE EXTERNAL")
+            cur.execute(
+                f"CREATE FUNCTION {self.schema}.through_python(data bytea) RETURNS bytea "
+                "LANGUAGE plpython3u AS 'return data'"
+            )
+        self.sessions[0].commit()
+        self.write()
+
+    def server_processes(self) -> list[int]:
+        """This server's processes: its backends and helpers (WAL writer, checkpointer, …), as
+        ``pg_stat_activity`` lists them; another cluster on the machine is not counted."""
+        with self.sessions[0].cursor() as cur:
+            cur.execute("SELECT pid FROM pg_stat_activity")
+            pids = [pid for (pid,) in cur.fetchall()]
+        self.sessions[0].commit()
+        return pids
+
+    def write(self) -> None:
+        """The stored model replaced in one transaction, as a checkpoint is stored."""
+        conn = self.sessions[0]
+        with conn.cursor() as cur:
+            cur.execute(f"TRUNCATE {self.table}")
+            cur.copy_expert(
+                f"COPY {self.table} (chunk, data) FROM STDIN (FORMAT binary)",
+                io.BytesIO(self.payload),
+            )
+        conn.commit()
+
+    def read_send(self) -> None:
+        """K sessions at once: each reads the stored model, hands every chunk to PL/Python and
+        takes it back (the least a segment's transition and ``state_chunks`` do with the start
+        and the trained vector), and sends it to this client."""
+
+        drains = [_Drain() for _ in range(K)]
+        data = f"{self.schema}.through_python(data)" if self.through_python else "data"
+
+        def drain(conn, into: _Drain) -> None:
+            with conn.cursor() as cur:
+                cur.copy_expert(
+                    f"COPY (SELECT {data} FROM {self.table} ORDER BY chunk) TO STDOUT "
+                    "(FORMAT binary)",
+                    into,
+                )
+            conn.commit()
+
+        threads = [
+            threading.Thread(target=drain, args=pair)
+            for pair in zip(self.sessions[1:], drains, strict=True)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if min(d.bytes for d in drains) < self.vector.nbytes:
+            raise RuntimeError("a session sent less than the stored model")
+
+    def average(self) -> None:
+        """K float32 vectors averaged with image weights in float64 into a float32 model, in
+        cache-sized blocks through reused buffers (as ``StreamingAverage`` does)."""
+        vectors = [self.vector, self.vector[::-1]]
+        out = np.empty(self.vector.size, np.float32)
+        total, part = np.empty(BLOCK, np.float64), np.empty(BLOCK, np.float64)
+        for start in range(0, out.size, BLOCK):
+            stop = min(start + BLOCK, out.size)
+            acc, tmp = total[: stop - start], part[: stop - start]
+            np.multiply(vectors[0][start:stop], 16.0, out=acc)
+            for v in vectors[1:]:
+                np.multiply(v[start:stop], 16.0, out=tmp)
+                acc += tmp
+            np.divide(acc, 16.0 * K, out=out[start:stop], casting="same_kind")
+
+    def keras(self) -> None:
+        """K loads and reads of the segments' variables and one load of the client's model."""
+        values = [np.asarray(w) for w in self.model.get_weights()]
+        for _ in range(K):
+            for var, value in zip(self.model.weights, values, strict=True):
+                var.assign(value)
+            [var.numpy() for var in self.model.weights]
+        for var, value in zip(self.model.weights, values, strict=True):
+            var.assign(value)
+
+    def close(self) -> None:
+        with self.sessions[0].cursor() as cur:
+            cur.execute(f"DROP SCHEMA {self.schema} CASCADE")
+        self.sessions[0].commit()
+        for conn in self.sessions:
+            conn.close()
+
+
+PARTS = ("write", "read_send", "average", "keras")
+
+
+def measure(million: float, rounds: int, url: str | None = None, through_python=True) -> dict:
+    db = gpcnn.connect(url)
+    primitives = Primitives(db, million, through_python)
+    try:
+        for part in PARTS:  # a warm-up round: first calls load code and fault pages in
+            getattr(primitives, part)()
+        runs: dict[str, list[dict]] = {part: [] for part in PARTS}
+        server = primitives.server_processes()
+        for r in range(rounds):
+            for part in PARTS:
+                runs[part].append(_timed(getattr(primitives, part), server))
+            print(
+                f"round {r + 1}: "
+                + ", ".join(f"{p} {runs[p][-1]['cpu']:.3f} s CPU" for p in PARTS),
+                flush=True,
+            )
+    finally:
+        primitives.close()
+    cpus = os.cpu_count() or 1
+    medians = {p: statistics.median(x["cpu"] for x in runs[p]) for p in PARTS}
+    total = sum(medians.values())
+    return {
+        "million": million,
+        "model_bytes": int(primitives.vector.nbytes),
+        "segments": K,
+        "through_python": through_python,
+        "cpus": cpus,
+        "rounds": rounds,
+        "cpu_median": medians,
+        "wall_median": {p: statistics.median(x["wall"] for x in runs[p]) for p in PARTS},
+        "cpu_total": total,
+        "floor_seconds": total / cpus,
+        "runs": runs,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", type=float, default=25, help="million weights")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--database", default=None, help="a PostgreSQL on this machine (URL)")
+    parser.add_argument(
+        "--without-python", action="store_true", help="read_send without PL/Python's copies"
+    )
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    report = measure(args.size, args.rounds, args.database, not args.without_python)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1))
+    parts = ", ".join(f"{p} {s:.3f}" for p, s in report["cpu_median"].items())
+    print(
+        f"{args.size}M weights, K = {K}, medians of {args.rounds} rounds, CPU s: {parts}; "
+        f"total {report['cpu_total']:.3f} s, floor on {report['cpus']} CPUs "
+        f"{report['floor_seconds']:.3f} s"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    keras.backend.clear_session()
+    raise SystemExit(main())
