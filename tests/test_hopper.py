@@ -150,6 +150,21 @@ def test_a_run_resumed_beside_one_an_epoch_ahead_keeps_its_own_place_in_the_rota
     assert [len(runs.load_run(engine, i).iterations) for i in ids] == [2, 2]
 
 
+def test_a_resume_naming_the_runs_in_another_order_is_refused_before_any_training(engine, tables):
+    configs = [
+        {"model": dense_net(), "learning_rate": 0.05},
+        {"model": dense_net(), "learning_rate": 0.01},
+    ]
+    ids = [est.run_id_ for est in gpcnn.fit_multiple(engine, WIDE, configs, epochs=1, **COMMON)]
+    with pytest.raises(
+        ValueError, match=r"at another place in the search \(configuration 1 of 2\)"
+    ):
+        gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, resume=ids[::-1], **COMMON)
+    with pytest.raises(ValueError, match=r"run \d+ was started with other parameters"):
+        gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, resume=ids, batch_size=8, seed=11)
+    assert [len(runs.load_run(engine, i).iterations) for i in ids] == [1, 1]
+
+
 def test_a_configurations_run_is_not_resumed_by_a_plain_fit_under_a_merge_rule(engine, tables):
     (est,) = gpcnn.fit_multiple(engine, TRAIN, [{"model": dense_net()}], epochs=1, **COMMON)
     plain = gpcnn.GreenplumCNN(dense_net(), iterations=2, database=engine, **COMMON)

@@ -72,8 +72,9 @@ def fit_multiple(
     ``epochs`` epochs by the model hopper, each a stored run; returns them as fitted
     estimators, in order (``run_id_``, ``history_``). All are checked before any run is made:
     a bad one (unknown optimizer, a model that does not fit the table, a duplicate) is refused
-    naming it. ``resume``: the run ids of an earlier call with the same configurations, continued
-    from each one's last stored epoch; ``on_start`` is given them before any training (to keep
+    naming it. ``resume``: the run ids of an earlier call with the same configurations, in order
+    (a run at another place or with other parameters is refused), continued from each one's last
+    stored epoch; ``on_start`` is given them before any training (to keep
     for a resume after the client is killed)."""
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
@@ -98,18 +99,15 @@ def fit_multiple(
     members = []
     for i, (est, options, model, label) in enumerate(checked):
         model_json = model.to_json()
-        if resume is None:
-            params = {
-                **est.stored_params(),
-                "merge": "hopper",
-                "iterations": epochs,
-                "hopper": {"configurations": len(checked), "index": i},
-            }
-            run_id = runs.create_run(db, str(info.table), params, model_json)
-        else:
-            run_id = int(resume[i])
-            if runs.load_run(db, run_id).table != str(info.table):
-                raise ValueError(f"{label}: run {run_id} trained another table")
+        params = {
+            **est.stored_params(),
+            "merge": "hopper",
+            "iterations": epochs,
+            "hopper": {"configurations": len(checked), "index": i},
+        }
+        stored = None if resume is None else _resumable(db, info, int(resume[i]), params, label)
+        table = str(info.table)
+        run_id = stored.run_id if stored else runs.create_run(db, table, params, model_json)
         source = validation_source(db, validation_table, model)
         member = hopper.Member(
             label=label,
@@ -120,8 +118,8 @@ def fit_multiple(
             validation=Validation(db, source, est.validation_freq, model_json, options),
             weights=wire.flatten(model.get_weights()),
         )
-        if resume is not None:
-            hopper.restore(db, member)
+        if stored is not None:
+            hopper.restore(member, stored)
         members.append(member)
     if on_start is not None:
         on_start([m.run_id for m in members])
@@ -130,6 +128,27 @@ def fit_multiple(
         est._adopt(info, member.run_id, member.model_json, options, member.history)
         wire.set_model_weights(est.model_, member.weights)
     return [est for est, *_ in checked]
+
+
+def _resumable(db: Database, info: ImageTable, run_id: int, params: dict, label: str):
+    """Run ``run_id`` if it is this configuration at this place in the search (its position sets
+    the order it visits the keys in), else a ValueError that says what it is."""
+    stored = runs.load_run(db, run_id)
+    if stored.table != str(info.table):
+        raise ValueError(f"{label}: run {run_id} trained another table")
+    if not runs.same_result(stored.params, params):
+        place = stored.params.get("hopper")
+        was = (
+            f"configuration {place['index']} of {place['configurations']}"
+            if isinstance(place, dict)
+            else "not a run of fit_multiple"
+        )
+        raise ValueError(
+            f"{label}: run {run_id} was started with other parameters or at another place in "
+            f"the search ({was}): give the run ids fit_multiple returned, in order, with the "
+            "same configurations"
+        )
+    return stored
 
 
 def _rates(est: GreenplumCNN, options) -> Any:

@@ -66,9 +66,8 @@ class Member:
     batches: int = 0  # mini-batches trained so far (a learning-rate schedule's step)
 
 
-def restore(db: Database, member: Member) -> None:
+def restore(member: Member, stored: runs.StoredRun) -> None:
     """``member`` continued from its stored run's last epoch."""
-    stored = runs.load_run(db, member.run_id)
     if stored.weights is None:
         return  # killed before its first epoch: it starts again
     if stored.weights.size != member.weights.size:
@@ -95,9 +94,12 @@ def train(db: Database, info: ImageTable, members: Sequence[Member], epochs: int
             runs.set_status(db, m.run_id, "finished")
     except BaseException as e:
         status = "failed" if isinstance(e, Exception) else "interrupted"
-        for m in members:
+        for m in members:  # a run that had all its epochs stays finished
             with contextlib.suppress(Exception):
-                runs.set_status(db, m.run_id, status, f"{type(e).__name__}: {e}"[:2000])
+                if len(m.history) >= epochs:
+                    runs.set_status(db, m.run_id, "finished")
+                else:
+                    runs.set_status(db, m.run_id, status, f"{type(e).__name__}: {e}"[:2000])
         for s in sessions.values():
             s.close()
         raise

@@ -15,6 +15,7 @@ import numpy as np
 
 from gpcnn.engines import Database, connect
 from gpcnn.engines.catalog import Catalog, SegmentStart, reclaim
+from gpcnn.engines.migrations import result_key
 from gpcnn.fit import rules
 
 
@@ -65,6 +66,12 @@ def load_run(db: Database, run_id: int) -> StoredRun:
         optimizer=parts.get("optimizer"),
         segment_starts=segments,
     )
+
+
+def same_result(stored: dict, params: dict) -> bool:
+    """Whether a run started with ``stored`` parameters continues as one started with ``params``
+    would (the parameters that change the result are equal)."""
+    return result_key(stored) == result_key(params)
 
 
 def find_unfinished(db: Database | str | None, table: str, params: dict) -> int | None:
