@@ -1,11 +1,13 @@
-"""The least CPU a steady iteration can take on this machine (issue 26, item 1): the data it must
-move, moved by PostgreSQL's, numpy's and TensorFlow's own primitives with no gpcnn code in the
-path, so its sum over the machine's CPUs is a floor that no design can beat here.
+"""The least CPU a steady iteration's data path can take on this machine (issue 26, item 1): the
+data it moves, moved by PostgreSQL's, PL/Python's, numpy's and TensorFlow's own primitives with no
+gpcnn code in the path, so its sum over the machine's CPUs is a floor for gpcnn's design here.
 
     .venv/bin/python bench/floor.py [--size 25] [--rounds 5] [--out REPORT]
 
-Whatever the design, a steady iteration of ``merge="average"`` at K = 2 on the embedded
-PostgreSQL, the next start being the stored model, has to:
+The data path is the one gpcnn is built on (segments in PL/Python, the merged weights back in a
+local Keras model, each iteration's model stored before its row) with gpcnn's choices (a float64
+average; the start read by every segment from the stored model). A steady iteration of
+``merge="average"`` at K = 2 on the embedded PostgreSQL then has to:
 - ``write``: store the merged model logged before its row (an unlogged table is emptied by the
   crash recovery any killed server process starts): one binary COPY of the model in 1 MiB chunks
   into a table laid out as ``checkpoints`` (``bytea`` with ``STORAGE EXTERNAL``);
@@ -21,6 +23,10 @@ PostgreSQL, the next start being the stored model, has to:
 Not counted, so the real floor is higher: the training itself (the fixed cost subtracts it), the
 retention's delete of the previous checkpoint, the start's assembly into one array and the trained
 vector's cut into chunks, the server's WAL writer and checkpointer when they run later.
+
+The table is emptied before each ``write``, untimed. On a server with ``wal_level = minimal``
+(not the embedded one's setting) a COPY after a TRUNCATE in one transaction skips the WAL; here
+they are separate transactions.
 
 Each part runs ``--rounds`` times, the parts interleaved within a round; its CPU is the user +
 system time of the server's processes (``pg_stat_activity``: backends, WAL writer, checkpointer,
@@ -53,17 +59,19 @@ K = 2
 BLOCK = 1 << 18  # values averaged at a time
 
 
-def _cpu_now(server: list[int]) -> float:
-    """CPU seconds spent so far by this process and the ``server``'s processes."""
-    spent = sum(s for pid in server if (s := _cpu_seconds(pid)) is not None)
-    return spent + _cpu_seconds(os.getpid())
+def _cpu_of(pids) -> dict[int, float]:
+    """pid -> CPU seconds so far, for those of ``pids`` still running."""
+    return {pid: s for pid in pids if (s := _cpu_seconds(pid)) is not None}
 
 
-def _timed(part, server: list[int]) -> dict:
-    """``part()``'s wall and CPU seconds (this process and the server's)."""
-    cpu, wall = _cpu_now(server), time.perf_counter()
+def _timed(part, server) -> dict:
+    """``part()``'s wall and CPU seconds: this process's and the server's processes' (``server()``
+    lists them; one that starts during the part counts whole, one that ends in it is missed)."""
+    before, wall = _cpu_of([os.getpid(), *server()]), time.perf_counter()
     part()
-    return {"wall": time.perf_counter() - wall, "cpu": _cpu_now(server) - cpu}
+    wall = time.perf_counter() - wall
+    after = _cpu_of([os.getpid(), *server()])
+    return {"wall": wall, "cpu": sum(s - before.get(pid, 0.0) for pid, s in after.items())}
 
 
 def _copy_payload(model: bytes) -> bytes:
@@ -95,7 +103,8 @@ class Primitives:
         self.db = db
         self.through_python = through_python
         self.model = dense_model(million)
-        self.vector = np.concatenate([w.ravel() for w in self.model.get_weights()])
+        self.values = [np.asarray(w) for w in self.model.get_weights()]
+        self.vector = np.concatenate([w.ravel() for w in self.values])
         self.payload = _copy_payload(self.vector.tobytes())
         self.schema = db.backend.quote(SCHEMA)
         self.table = f"{self.schema}.{db.backend.quote('stored')}"
@@ -110,6 +119,7 @@ class Primitives:
                 "LANGUAGE plpython3u AS 'return data'"
             )
         self.sessions[0].commit()
+        self.clear()
         self.write()
 
     def server_processes(self) -> list[int]:
@@ -121,14 +131,21 @@ class Primitives:
         self.sessions[0].commit()
         return pids
 
+    def clear(self) -> None:
+        """The table emptied before a write, untimed (gpcnn's retention delete is not counted)."""
+        with self.sessions[0].cursor() as cur:
+            cur.execute(f"TRUNCATE {self.table}")
+        self.sessions[0].commit()
+
     def write(self) -> None:
-        """The stored model replaced in one transaction, as a checkpoint is stored."""
+        """The model stored in one transaction, as a checkpoint is (read as gpcnn sends it, a
+        chunk's bytes a time)."""
         conn = self.sessions[0]
         with conn.cursor() as cur:
-            cur.execute(f"TRUNCATE {self.table}")
             cur.copy_expert(
                 f"COPY {self.table} (chunk, data) FROM STDIN (FORMAT binary)",
                 io.BytesIO(self.payload),
+                size=CHUNK_BYTES,
             )
         conn.commit()
 
@@ -177,12 +194,11 @@ class Primitives:
 
     def keras(self) -> None:
         """K loads and reads of the segments' variables and one load of the client's model."""
-        values = [np.asarray(w) for w in self.model.get_weights()]
         for _ in range(K):
-            for var, value in zip(self.model.weights, values, strict=True):
+            for var, value in zip(self.model.weights, self.values, strict=True):
                 var.assign(value)
             [var.numpy() for var in self.model.weights]
-        for var, value in zip(self.model.weights, values, strict=True):
+        for var, value in zip(self.model.weights, self.values, strict=True):
             var.assign(value)
 
     def close(self) -> None:
@@ -201,12 +217,15 @@ def measure(million: float, rounds: int, url: str | None = None, through_python=
     primitives = Primitives(db, million, through_python)
     try:
         for part in PARTS:  # a warm-up round: first calls load code and fault pages in
+            if part == "write":
+                primitives.clear()
             getattr(primitives, part)()
         runs: dict[str, list[dict]] = {part: [] for part in PARTS}
-        server = primitives.server_processes()
         for r in range(rounds):
             for part in PARTS:
-                runs[part].append(_timed(getattr(primitives, part), server))
+                if part == "write":
+                    primitives.clear()
+                runs[part].append(_timed(getattr(primitives, part), primitives.server_processes))
             print(
                 f"round {r + 1}: "
                 + ", ".join(f"{p} {runs[p][-1]['cpu']:.3f} s CPU" for p in PARTS),
@@ -214,7 +233,7 @@ def measure(million: float, rounds: int, url: str | None = None, through_python=
             )
     finally:
         primitives.close()
-    cpus = os.cpu_count() or 1
+    cpus = len(os.sched_getaffinity(0))
     medians = {p: statistics.median(x["cpu"] for x in runs[p]) for p in PARTS}
     total = sum(medians.values())
     return {
