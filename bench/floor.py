@@ -42,7 +42,6 @@ import io
 import json
 import os
 import statistics
-import struct
 import threading
 import time
 from pathlib import Path
@@ -52,6 +51,7 @@ from cpu_budget import _cpu_seconds
 from overhead import dense_model, keras
 
 import gpcnn
+from gpcnn.engines import transport
 
 SCHEMA = "gpcnn_floor"
 CHUNK_BYTES = 1 << 20
@@ -74,17 +74,6 @@ def _timed(part, server) -> dict:
     return {"wall": wall, "cpu": sum(s - before.get(pid, 0.0) for pid, s in after.items())}
 
 
-def _copy_payload(model: bytes) -> bytes:
-    """The model as PostgreSQL's binary COPY stream of (chunk int4, data bytea) rows."""
-    out = io.BytesIO()
-    out.write(b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0))
-    for chunk, start in enumerate(range(0, len(model), CHUNK_BYTES)):
-        piece = model[start : start + CHUNK_BYTES]
-        out.write(struct.pack("!hiii", 2, 4, chunk, len(piece)) + piece)
-    out.write(struct.pack("!h", -1))
-    return out.getvalue()
-
-
 class _Drain(io.RawIOBase):
     """A file for ``copy_expert`` that counts what it is given and keeps none of it."""
 
@@ -105,7 +94,9 @@ class Primitives:
         self.model = dense_model(million)
         self.values = [np.asarray(w) for w in self.model.get_weights()]
         self.vector = np.concatenate([w.ravel() for w in self.values])
-        self.payload = _copy_payload(self.vector.tobytes())
+        # (chunk, data) rows as gpcnn's checkpoints are written, made once, outside the timing
+        rows = transport.chunk_rows((), [((), self.vector)], CHUNK_BYTES // 4)
+        self.payload = b"".join(rows)
         self.schema = db.backend.quote(SCHEMA)
         self.table = f"{self.schema}.{db.backend.quote('stored')}"
         self.sessions = [db.engine.raw_connection() for _ in range(K + 1)]
@@ -216,16 +207,16 @@ def measure(million: float, rounds: int, url: str | None = None, through_python=
     db = gpcnn.connect(url)
     primitives = Primitives(db, million, through_python)
     try:
-        for part in PARTS:  # a warm-up round: first calls load code and fault pages in
-            if part == "write":
-                primitives.clear()
-            getattr(primitives, part)()
         runs: dict[str, list[dict]] = {part: [] for part in PARTS}
-        for r in range(rounds):
+        for r in range(-1, rounds):  # round -1 warms up: first calls load code, fault pages in
             for part in PARTS:
                 if part == "write":
                     primitives.clear()
-                runs[part].append(_timed(getattr(primitives, part), primitives.server_processes))
+                took = _timed(getattr(primitives, part), primitives.server_processes)
+                if r >= 0:
+                    runs[part].append(took)
+            if r < 0:
+                continue
             print(
                 f"round {r + 1}: "
                 + ", ".join(f"{p} {runs[p][-1]['cpu']:.3f} s CPU" for p in PARTS),

@@ -74,8 +74,8 @@ def fit_multiple(
     a bad one (unknown optimizer, a model that does not fit the table, a duplicate) is refused
     naming it. ``resume``: the run ids of an earlier call with the same configurations, in order
     (a run at another place or with other parameters is refused), continued from each one's last
-    stored epoch; ``on_start`` is given them before any training (to keep
-    for a resume after the client is killed)."""
+    stored epoch; ``on_start`` is given them before any training (to keep for a resume after the
+    client is killed)."""
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
     if not configs:
@@ -97,6 +97,7 @@ def fit_multiple(
             "ids fit_multiple returned, in order"
         )
     members = []
+    table = str(info.table)
     for i, (est, options, model, label) in enumerate(checked):
         model_json = model.to_json()
         params = {
@@ -105,8 +106,7 @@ def fit_multiple(
             "iterations": epochs,
             "hopper": {"configurations": len(checked), "index": i},
         }
-        stored = None if resume is None else _resumable(db, info, int(resume[i]), params, label)
-        table = str(info.table)
+        stored = None if resume is None else _resumable(db, table, int(resume[i]), params, label)
         run_id = stored.run_id if stored else runs.create_run(db, table, params, model_json)
         source = validation_source(db, validation_table, model)
         member = hopper.Member(
@@ -130,11 +130,11 @@ def fit_multiple(
     return [est for est, *_ in checked]
 
 
-def _resumable(db: Database, info: ImageTable, run_id: int, params: dict, label: str):
+def _resumable(db: Database, table: str, run_id: int, params: dict, label: str):
     """Run ``run_id`` if it is this configuration at this place in the search (its position sets
     the order it visits the keys in), else a ValueError that says what it is."""
     stored = runs.load_run(db, run_id)
-    if stored.table != str(info.table):
+    if stored.table != table:
         raise ValueError(f"{label}: run {run_id} trained another table")
     if not runs.same_result(stored.params, params):
         place = stored.params.get("hopper")
