@@ -10,7 +10,7 @@ runs alone, with no training and no gpcnn code in the path (the stored model pas
 PL/Python function that returns its argument), on each engine:
 
 - ``postgresql``: K sessions at once, each reading the stored model where it lies (shared
-  buffers) and sending it to this client (``bench/floor.py``'s ``read_send``): gpcnn's
+  buffers or the OS's cache) and sending it to this client (``bench/floor.py``'s ``read_send``): gpcnn's
   ``dispatch="sessions"``.
 - ``greenplum, stored start``: one statement; the model, stored on the primary its row hashes to
   (as gpcnn's ``checkpoints``), reaches the segment of each of the K keys (a key per primary, as
@@ -23,13 +23,14 @@ PL/Python function that returns its argument), on each engine:
   since the client needs at least the merged model and a merge in the database first moves the
   K vectors between the segments.
 
-Each round also runs ``bench/overhead.py``'s steady iteration on both engines (its fixed cost,
-as ``bench/merge_place.py`` does), so the bare walls and the shipped fixed costs come from one
-interleaved run. The report's ``extra`` is each Greenplum variant's bare wall minus
-PostgreSQL's: what Greenplum's statement must add to PostgreSQL's iteration whatever gpcnn does
-around it. Greenplum is within 1.5x only if its extra is at most half of PostgreSQL's fixed
-cost; where the least extra of all variants is more, no statement of this shape can meet it
-on this cluster.
+Also timed: the model's logged binary ``COPY`` into a table like ``checkpoints`` (PostgreSQL; on
+Greenplum into one primary, and into every primary as a replicated start would need). Each
+round also runs ``bench/overhead.py``'s steady iteration on both engines (its fixed cost, as
+``bench/merge_place.py`` does), so the bare walls and the shipped fixed costs come from one
+interleaved run; the order within a round turns with the round. The report's extras are each
+Greenplum part's wall minus PostgreSQL's, paired by round: what Greenplum's statement adds to
+PostgreSQL's iteration whatever gpcnn does around it. Greenplum is within 1.5x only if all it
+adds is at most half of PostgreSQL's fixed cost (the ``allowed_extra``).
 """
 
 from __future__ import annotations
@@ -45,27 +46,27 @@ from pathlib import Path
 
 import numpy as np
 import overhead
-from floor import _Drain
+from floor import Drain
 
 import gpcnn
 from gpcnn.engines import transport
 
 SCHEMA = "gpcnn_engine_floor"
 K = 2
-CHUNK_VALUES = (1 << 20) // 4
-# Rows per key in ``keys``, of which a volatile filter keeps the first: Greenplum's planner costs
-# a motion by its rows, so with few keys it would move them to the stored model instead of the
-# model to them; it estimates a third of these pass the filter.
+# Rows per key in ``keys``, of which a volatile filter keeps the first. Greenplum's planner costs
+# a motion by its rows: with K key rows (or a filter it can estimate) it sends the keys to the
+# stored model instead of the model to them. Together with the LEFT JOIN and the motion cost set
+# in ``sessions`` this gave the broadcast plan at both sizes; which of the three it needs alone
+# was not tried (the plan is checked before any timing).
 ROWS_PER_KEY = 4096
-THROUGH_PYTHON = (
-    "CREATE FUNCTION {schema}.through_python(data bytea, keep boolean) RETURNS bytea "
-    "STRICT LANGUAGE plpython3u AS 'return data if keep else None'"
-)
+VARIANTS = ("stored start", "replicated start", "replicated start, one vector out")
 
 
 def sessions(db, count: int) -> list:
     """``count`` connections set up as gpcnn's segment sessions are (on Greenplum: 64 KB
-    interconnect packets, deeper queues), in transactions (``commit`` after each statement)."""
+    interconnect packets, deeper queues), in transactions (``commit`` after each statement). On
+    Greenplum also ``gp_motion_cost_per_row``, which gpcnn does not set: rows moved cost more
+    than rows joined, so the planner broadcasts the model's few rows to the keys' segments."""
     backend = db.backend
     args, params = db.engine.dialect.create_connect_args(db.engine.url)
     if backend.session_options:
@@ -76,8 +77,6 @@ def sessions(db, count: int) -> list:
             for statement in backend.session_settings:
                 cur.execute(statement)
             if backend.kind == "greenplum":
-                # rows moved cost more than rows joined: the planner broadcasts the model's few
-                # rows to the keys' segments rather than send the keys to the model's
                 cur.execute("SET gp_motion_cost_per_row = 1000")
         conn.commit()
     return connections
@@ -91,70 +90,97 @@ class Stored:
     def __init__(self, db, million: float) -> None:
         self.db, self.greenplum = db, db.backend.kind == "greenplum"
         model = overhead.dense_model(million)
-        self.vector = np.concatenate([np.asarray(w).ravel() for w in model.get_weights()])
+        vector = np.concatenate([np.asarray(w).ravel() for w in model.get_weights()])
         overhead.keras.backend.clear_session()
-        self.schema = db.backend.quote(SCHEMA)
+        self.model_bytes = vector.nbytes
         self.sessions = sessions(db, K if not self.greenplum else 1)
-        payload = b"".join(transport.chunk_rows(("integer",), [((1,), self.vector)], CHUNK_VALUES))
+        self.payload = b"".join(
+            transport.chunk_rows(("integer",), [((1,), vector)], db.backend.chunk_values)
+        )
+        tables = {"stored": db.backend.distribution("run")}
+        if self.greenplum:
+            tables["everywhere"] = db.backend.replicated()
+        self.written = [f"{table}_written" for table in tables]
         with db.engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
-            conn.exec_driver_sql(f"CREATE SCHEMA {self.schema}")
-            conn.exec_driver_sql(THROUGH_PYTHON.format(schema=self.schema))
-            tables = {"stored": db.backend.distribution("run")}
+            schema = db.backend.quote(SCHEMA)
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+            conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+            conn.exec_driver_sql(
+                f"CREATE FUNCTION {self.name('through_python')}(data bytea, keep boolean) "
+                "RETURNS bytea STRICT LANGUAGE plpython3u AS 'return data if keep else None'"
+            )
             if self.greenplum:
-                tables["everywhere"] = db.backend.replicated()
-                keys = db.backend.choose_keys(conn, K)
-                conn.exec_driver_sql(
-                    f"CREATE TABLE {self.schema}.keys (key integer, rank integer, row integer)"
-                    f"{db.backend.distribution('key')}"
-                )
-                conn.exec_driver_sql(
-                    f"INSERT INTO {self.schema}.keys SELECT k.key, k.rank, r FROM "
-                    "unnest(%s, %s) AS k(key, rank), generate_series(0, %s) AS r",
-                    (list(keys), list(range(K)), ROWS_PER_KEY - 1),
-                )
-                conn.exec_driver_sql(f"ANALYZE {self.schema}.keys")
+                self._keys(conn)
             # each table read, and one like it that ``write`` times
             for table, distribution in tables.items():
                 for name in (table, f"{table}_written"):
                     conn.exec_driver_sql(
-                        f"CREATE TABLE {self.schema}.{name} (run integer, chunk integer, "
+                        f"CREATE TABLE {self.name(name)} (run integer, chunk integer, "
                         f"data bytea){distribution}"
                     )
                     conn.exec_driver_sql(
-                        f"ALTER TABLE {self.schema}.{name} ALTER data SET STORAGE EXTERNAL"
+                        f"ALTER TABLE {self.name(name)} ALTER data SET STORAGE EXTERNAL"
                     )
-        self.payload, self.written = payload, [f"{table}_written" for table in tables]
         for table in tables:
             self.write(table)
         with self.sessions[0].cursor() as cur:
-            cur.execute(f"ANALYZE {self.schema}.stored")
+            cur.execute(f"ANALYZE {self.name('stored')}")
         self.sessions[0].commit()
+
+    def name(self, name: str) -> str:
+        """A table or function of the benchmark's schema, quoted."""
+        quote = self.db.backend.quote
+        return f"{quote(SCHEMA)}.{quote(name)}"
+
+    def _keys(self, conn) -> None:
+        """``keys``: K keys, one on each primary as gpcnn chooses them, each with its shard rank
+        and ``ROWS_PER_KEY`` rows numbered by ``copy_no``."""
+        keys = self.db.backend.choose_keys(conn, K)
+        conn.exec_driver_sql(
+            f"CREATE TABLE {self.name('keys')} (key integer, rank integer, copy_no integer)"
+            f"{self.db.backend.distribution('key')}"
+        )
+        conn.exec_driver_sql(
+            f"INSERT INTO {self.name('keys')} SELECT k.key, k.rank, n FROM "
+            "unnest(%s, %s) AS k(key, rank), generate_series(0, %s) AS n",
+            (list(keys), list(range(K)), ROWS_PER_KEY - 1),
+        )
+        conn.exec_driver_sql(f"ANALYZE {self.name('keys')}")
 
     def write(self, table: str) -> float:
         """Wall seconds of one logged binary COPY of the model into ``table`` (emptied first,
         untimed), 1 MiB at a time, and its commit: how a checkpoint is stored."""
         conn = self.sessions[0]
         with conn.cursor() as cur:
-            cur.execute(f"TRUNCATE {self.schema}.{table}")
+            cur.execute(f"TRUNCATE {self.name(table)}")
         conn.commit()
         started = time.perf_counter()
         with conn.cursor() as cur:
             cur.copy_expert(
-                f"COPY {self.schema}.{table} (run, chunk, data) FROM STDIN (FORMAT binary)",
+                f"COPY {self.name(table)} (run, chunk, data) FROM STDIN (FORMAT binary)",
                 io.BytesIO(self.payload),
                 size=1 << 20,
             )
         conn.commit()
         return time.perf_counter() - started
 
-    def plan(self, variant: str) -> str:
-        """The Greenplum plan of ``variant`` (EXPLAIN), to check where the PL/Python calls run."""
+    def check_plan(self, variant: str) -> str:
+        """The Greenplum plan of ``variant`` (EXPLAIN), refused unless it is the one meant: one
+        Gather Motion, at the root (so the join and the PL/Python calls run on the segments),
+        and a Broadcast Motion of the model for the stored start only."""
         with self.sessions[0].cursor() as cur:
             cur.execute(f"EXPLAIN {self._greenplum_sql(variant)}")
-            lines = [line for (line,) in cur.fetchall()]
+            plan = "\n".join(line for (line,) in cur.fetchall())
         self.sessions[0].commit()
-        return "\n".join(lines)
+        meant = (
+            plan.startswith(f"Gather Motion {K}:1")
+            and plan.count("Gather Motion") == 1
+            and "Redistribute" not in plan
+            and ("Broadcast Motion" in plan) == (variant == "stored start")
+        )
+        if not meant:
+            raise RuntimeError(f"{variant}: not the plan meant\n{plan}")
+        return plan
 
     def _greenplum_sql(self, variant: str) -> str:
         """Each key's first row joined to the model's chunks, which it scans once (a LEFT JOIN:
@@ -162,24 +188,24 @@ class Stored:
         table = "stored" if variant == "stored start" else "everywhere"
         keep = f"c.chunk % {K} = k.rank" if variant.endswith("one vector out") else "true"
         return (
-            f"SELECT k.key, c.chunk, {self.schema}.through_python(c.data, {keep}) "
-            f"FROM (SELECT * FROM {self.schema}.keys WHERE row < 1 + 0 * random()) k "
-            f"LEFT JOIN {self.schema}.{table} c ON c.run = 1"
+            f"SELECT k.key, c.chunk, {self.name('through_python')}(c.data, {keep}) "
+            f"FROM (SELECT * FROM {self.name('keys')} WHERE copy_no < 1 + 0 * random()) k "
+            f"LEFT JOIN {self.name(table)} c ON c.run = 1"
         )
 
     def read_send(self, variant: str) -> tuple[float, int]:
         """Wall seconds of one reading of the model by K segment processes, and the bytes that
-        reached this client."""
+        reached this client (refused if less than the model's bytes per vector sent)."""
         if self.greenplum:
             queries = [self._greenplum_sql(variant)]
         else:
             queries = [
-                f"SELECT {self.schema}.through_python(data, true) FROM {self.schema}.stored "
-                "WHERE run = 1 ORDER BY chunk"
+                f"SELECT {self.name('through_python')}(data, true) FROM {self.name('stored')} "
+                "WHERE run = 1"
             ] * K
-        drains = [_Drain() for _ in queries]
+        drains = [Drain() for _ in queries]
 
-        def drain(conn, query: str, into: _Drain) -> None:
+        def drain(conn, query: str, into: Drain) -> None:
             with conn.cursor() as cur:
                 cur.copy_expert(f"COPY ({query}) TO STDOUT (FORMAT binary)", into)
             conn.commit()
@@ -193,16 +219,40 @@ class Stored:
             t.start()
         for t in threads:
             t.join()
-        return time.perf_counter() - started, sum(d.bytes for d in drains)
+        seconds, received = time.perf_counter() - started, sum(d.bytes for d in drains)
+        vectors = 1 if variant.endswith("one vector out") else K
+        if received < vectors * self.model_bytes:
+            raise RuntimeError(f"{variant or 'postgresql'}: {received} bytes reached the client")
+        return seconds, received
 
     def close(self) -> None:
+        """The sessions closed and the schema dropped."""
         for conn in self.sessions:
             conn.close()
         with self.db.engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP SCHEMA {self.schema} CASCADE")
+            conn.exec_driver_sql(f"DROP SCHEMA {self.db.backend.quote(SCHEMA)} CASCADE")
 
 
-VARIANTS = ("stored start", "replicated start", "replicated start, one vector out")
+def one_round(stores: dict, handles: dict, tables: dict, million: float, round_: int) -> dict:
+    """Every part once: the reads, the writes and the shipped fits. The order turns with the
+    round (odd rounds run the engines the other way round and the Greenplum reads in reverse),
+    so no part always follows the same one."""
+    turn = -1 if round_ % 2 else 1
+    engines = list(handles)[::turn]
+    took = {}
+    for name in engines:
+        variants = [""] if name == "postgresql" else [f"{v}" for v in VARIANTS[::turn]]
+        for variant in variants:
+            label = f"greenplum, {variant}" if variant else name
+            took[label] = stores[name].read_send(variant)
+    for name in engines:
+        for table in stores[name].written:
+            took[f"{name} write {table}"] = (stores[name].write(table), len(stores[name].payload))
+    for name in engines:
+        got: dict = defaultdict(list)
+        overhead._one_fit(handles[name], tables[name], million, K, got)
+        took[f"{name} shipped fixed"] = (got["fixed"][-1], 0)
+    return took
 
 
 def measure(greenplum_url: str, sizes: list[float], rounds: int) -> dict:
@@ -212,32 +262,18 @@ def measure(greenplum_url: str, sizes: list[float], rounds: int) -> dict:
         gpcnn.install(db)
         overhead.SCHEMA = f"gpcnn_bench_floor_{name}"
         tables[name] = overhead.table_for(db, K)
-    bare, fixed = defaultdict(list), defaultdict(list)
+    walls: dict = defaultdict(list)
     plans = {}
     for million in sizes:
         stores = {name: Stored(db, million) for name, db in handles.items()}
-        plans[million] = {v: stores["greenplum"].plan(v) for v in VARIANTS}
-        for variant, plan in plans[million].items():
-            if ("Broadcast Motion" in plan) != (
-                variant == "stored start"
-            ) or "Redistribute" in plan:
-                raise RuntimeError(f"{variant}: not the plan meant\n{plan}")
         try:
+            plans[million] = {v: stores["greenplum"].check_plan(v) for v in VARIANTS}
             for round_ in range(-1, rounds):  # round -1 warms up: PL/Python, TOAST pages
-                took = {"postgresql": stores["postgresql"].read_send("")}
-                for variant in VARIANTS:
-                    took[f"greenplum, {variant}"] = stores["greenplum"].read_send(variant)
-                for name, store in stores.items():
-                    for table in store.written:
-                        took[f"{name} write {table}"] = (store.write(table), len(store.payload))
-                for name, db in handles.items():
-                    got: dict = defaultdict(list)
-                    overhead._one_fit(db, tables[name], million, K, got)
-                    took[f"{name} shipped fixed"] = (got["fixed"][-1], 0)
+                took = one_round(stores, handles, tables, million, round_)
                 if round_ < 0:
                     continue
                 for name, (seconds, _) in took.items():
-                    (fixed if name.endswith("fixed") else bare)[(million, name)].append(seconds)
+                    walls[(million, name)].append(seconds)
                 print(
                     f"round {round_ + 1} {million:g}M: "
                     + ", ".join(f"{n} {s:.3f} s ({b / 1e6:.1f} MB)" for n, (s, b) in took.items()),
@@ -246,35 +282,53 @@ def measure(greenplum_url: str, sizes: list[float], rounds: int) -> dict:
         finally:
             for store in stores.values():
                 store.close()
-    return summary(sizes, rounds, bare, fixed, plans)
+    return summary(sizes, rounds, walls, plans)
 
 
-def summary(sizes, rounds, bare, fixed, plans) -> dict:
-    """Per size: the medians, each Greenplum read's extra over PostgreSQL's, each Greenplum
-    write's extra over PostgreSQL's, and the allowance (half PostgreSQL's fixed cost)."""
+def paired(walls: dict, million: float, minuend: str, subtrahend: str) -> dict:
+    """Round by round, ``minuend``'s wall minus ``subtrahend``'s (the rounds are interleaved, so
+    each pair shared the machine's state): the differences, their median, least and most."""
+    diffs = [
+        a - b for a, b in zip(walls[(million, minuend)], walls[(million, subtrahend)], strict=True)
+    ]
+    return {
+        "rounds": diffs,
+        "median": statistics.median(diffs),
+        "min": min(diffs),
+        "max": max(diffs),
+    }
+
+
+def summary(sizes, rounds, walls, plans) -> dict:
+    """Per size: the walls and their medians; each Greenplum read's and write's extra over
+    PostgreSQL's, paired by round; and the allowance for 1.5x (half PostgreSQL's fixed cost)."""
     rows = []
     for million in sizes:
-        median = {name: statistics.median(v) for (m, name), v in bare.items() if m == million}
-        median.update(
-            {name: statistics.median(v) for (m, name), v in fixed.items() if m == million}
-        )
-        pg_fixed = median["postgresql shipped fixed"]
-        pg_write = median["postgresql write stored_written"]
+        mine = {name: v for (m, name), v in walls.items() if m == million}
+        pg_fixed = statistics.median(mine["postgresql shipped fixed"])
+        pg_write = "postgresql write stored_written"
         rows.append(
             {
                 "million": million,
                 "rounds": rounds,
-                "walls": {name: v for (m, name), v in {**bare, **fixed}.items() if m == million},
-                "medians": median,
+                "walls": mine,
+                "medians": {name: statistics.median(v) for name, v in mine.items()},
                 "read_extra": {
-                    v: median[f"greenplum, {v}"] - median["postgresql"] for v in VARIANTS
+                    v: paired(walls, million, f"greenplum, {v}", "postgresql") for v in VARIANTS
                 },
                 "write_extra": {
-                    "one primary": median["greenplum write stored_written"] - pg_write,
-                    "every primary": median["greenplum write everywhere_written"] - pg_write,
+                    "one primary": paired(
+                        walls, million, "greenplum write stored_written", pg_write
+                    ),
+                    "every primary": paired(
+                        walls, million, "greenplum write everywhere_written", pg_write
+                    ),
                 },
+                "shipped_extra": paired(
+                    walls, million, "greenplum shipped fixed", "postgresql shipped fixed"
+                ),
                 "allowed_extra": 0.5 * pg_fixed,
-                "shipped_ratio": median["greenplum shipped fixed"] / pg_fixed,
+                "shipped_ratio": statistics.median(mine["greenplum shipped fixed"]) / pg_fixed,
                 "plans": plans[million],
             }
         )
@@ -291,12 +345,17 @@ def main(argv: list[str] | None = None) -> int:
     report = measure(args.greenplum, args.sizes, args.rounds)
     args.out.write_text(json.dumps(report, indent=1) + "\n")
     for row in report["rows"]:
-        reads = ", ".join(f"{v} {s * 1e3:+.0f} ms" for v, s in row["read_extra"].items())
-        writes = ", ".join(f"{v} {s * 1e3:+.0f} ms" for v, s in row["write_extra"].items())
+
+        def ms(extra: dict) -> str:
+            return f"{extra['median'] * 1e3:+.0f} ms ({extra['min'] * 1e3:+.0f} to {extra['max'] * 1e3:+.0f})"
+
+        reads = ", ".join(f"{v} {ms(e)}" for v, e in row["read_extra"].items())
+        writes = ", ".join(f"{v} {ms(e)}" for v, e in row["write_extra"].items())
         medians = row["medians"]
         print(
-            f"{row['million']:g}M: Greenplum's extra over PostgreSQL's read {reads}; write "
-            f"{writes}; allowed for 1.5x: {row['allowed_extra'] * 1e3:.0f} ms; shipped fixed "
+            f"{row['million']:g}M, paired by round: Greenplum's extra over PostgreSQL's read "
+            f"{reads}; write {writes}; shipped fixed cost {ms(row['shipped_extra'])}; allowed "
+            f"for 1.5x: {row['allowed_extra'] * 1e3:.0f} ms; shipped fixed medians "
             f"{medians['greenplum shipped fixed']:.3f} s against "
             f"{medians['postgresql shipped fixed']:.3f} s, {row['shipped_ratio']:.2f}x"
         )

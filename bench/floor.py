@@ -74,7 +74,7 @@ def _timed(part, server) -> dict:
     return {"wall": wall, "cpu": sum(s - before.get(pid, 0.0) for pid, s in after.items())}
 
 
-class _Drain(io.RawIOBase):
+class Drain(io.RawIOBase):
     """A file for ``copy_expert`` that counts what it is given and keeps none of it."""
 
     def __init__(self) -> None:
@@ -145,10 +145,10 @@ class Primitives:
         takes it back (the least a segment's transition and ``state_chunks`` do with the start
         and the trained vector), and sends it to this client."""
 
-        drains = [_Drain() for _ in range(K)]
+        drains = [Drain() for _ in range(K)]
         data = f"{self.schema}.through_python(data)" if self.through_python else "data"
 
-        def drain(conn, into: _Drain) -> None:
+        def drain(conn, into: Drain) -> None:
             with conn.cursor() as cur:
                 cur.copy_expert(
                     f"COPY (SELECT {data} FROM {self.table} ORDER BY chunk) TO STDOUT "
