@@ -36,17 +36,15 @@ adds is at most half of PostgreSQL's fixed cost (the ``allowed_extra``).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import statistics
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import overhead
-from floor import Drain
+from floor import copy_in, send_to_client
 
 import gpcnn
 from gpcnn.engines import transport
@@ -155,13 +153,7 @@ class Stored:
             cur.execute(f"TRUNCATE {self.name(table)}")
         conn.commit()
         started = time.perf_counter()
-        with conn.cursor() as cur:
-            cur.copy_expert(
-                f"COPY {self.name(table)} (run, chunk, data) FROM STDIN (FORMAT binary)",
-                io.BytesIO(self.payload),
-                size=1 << 20,
-            )
-        conn.commit()
+        copy_in(conn, self.name(table), "run, chunk, data", self.payload)
         return time.perf_counter() - started
 
     def check_plan(self, variant: str) -> str:
@@ -203,23 +195,9 @@ class Stored:
                 f"SELECT {self.name('through_python')}(data, true) FROM {self.name('stored')} "
                 "WHERE run = 1"
             ] * K
-        drains = [Drain() for _ in queries]
-
-        def drain(conn, query: str, into: Drain) -> None:
-            with conn.cursor() as cur:
-                cur.copy_expert(f"COPY ({query}) TO STDOUT (FORMAT binary)", into)
-            conn.commit()
-
-        threads = [
-            threading.Thread(target=drain, args=args)
-            for args in zip(self.sessions, queries, drains, strict=True)
-        ]
         started = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        seconds, received = time.perf_counter() - started, sum(d.bytes for d in drains)
+        received = sum(send_to_client(self.sessions, queries))
+        seconds = time.perf_counter() - started
         vectors = 1 if variant.endswith("one vector out") else K
         if received < vectors * self.model_bytes:
             raise RuntimeError(f"{variant or 'postgresql'}: {received} bytes reached the client")
@@ -241,7 +219,7 @@ def one_round(stores: dict, handles: dict, tables: dict, million: float, round_:
     engines = list(handles)[::turn]
     took = {}
     for name in engines:
-        variants = [""] if name == "postgresql" else [f"{v}" for v in VARIANTS[::turn]]
+        variants = [""] if name == "postgresql" else list(VARIANTS[::turn])
         for variant in variants:
             label = f"greenplum, {variant}" if variant else name
             took[label] = stores[name].read_send(variant)

@@ -85,6 +85,39 @@ class Drain(io.RawIOBase):
         return len(data)
 
 
+def copy_in(conn, table: str, columns: str, payload: bytes) -> None:
+    """Binary COPY data of ``columns`` rows into ``table``, in one transaction, fed 1 MiB at a
+    time (as gpcnn sends a checkpoint)."""
+    with conn.cursor() as cur:
+        cur.copy_expert(
+            f"COPY {table} ({columns}) FROM STDIN (FORMAT binary)",
+            io.BytesIO(payload),
+            size=1 << 20,
+        )
+    conn.commit()
+
+
+def send_to_client(connections, queries: list[str]) -> list[int]:
+    """Each query's rows sent to this client as binary COPY on its own connection, all at once
+    (a thread each, drained and dropped): the bytes each sent."""
+    drains = [Drain() for _ in queries]
+
+    def drain(conn, query: str, into: Drain) -> None:
+        with conn.cursor() as cur:
+            cur.copy_expert(f"COPY ({query}) TO STDOUT (FORMAT binary)", into)
+        conn.commit()
+
+    threads = [
+        threading.Thread(target=drain, args=args)
+        for args in zip(connections, queries, drains, strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [d.bytes for d in drains]
+
+
 class Primitives:
     """The parts over one server: a logged chunk table, K sessions, the model's bytes."""
 
@@ -131,41 +164,15 @@ class Primitives:
     def write(self) -> None:
         """The model stored in one transaction, as a checkpoint is (read as gpcnn sends it, a
         chunk's bytes a time)."""
-        conn = self.sessions[0]
-        with conn.cursor() as cur:
-            cur.copy_expert(
-                f"COPY {self.table} (chunk, data) FROM STDIN (FORMAT binary)",
-                io.BytesIO(self.payload),
-                size=CHUNK_BYTES,
-            )
-        conn.commit()
+        copy_in(self.sessions[0], self.table, "chunk, data", self.payload)
 
     def read_send(self) -> None:
         """K sessions at once: each reads the stored model, hands every chunk to PL/Python and
         takes it back (the least a segment's transition and ``state_chunks`` do with the start
         and the trained vector), and sends it to this client."""
-
-        drains = [Drain() for _ in range(K)]
         data = f"{self.schema}.through_python(data)" if self.through_python else "data"
-
-        def drain(conn, into: Drain) -> None:
-            with conn.cursor() as cur:
-                cur.copy_expert(
-                    f"COPY (SELECT {data} FROM {self.table} ORDER BY chunk) TO STDOUT "
-                    "(FORMAT binary)",
-                    into,
-                )
-            conn.commit()
-
-        threads = [
-            threading.Thread(target=drain, args=pair)
-            for pair in zip(self.sessions[1:], drains, strict=True)
-        ]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if min(d.bytes for d in drains) < self.vector.nbytes:
+        query = f"SELECT {data} FROM {self.table} ORDER BY chunk"
+        if min(send_to_client(self.sessions[1:], [query] * K)) < self.vector.nbytes:
             raise RuntimeError("a session sent less than the stored model")
 
     def average(self) -> None:
