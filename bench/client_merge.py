@@ -21,10 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import overhead  # its settings first: TF threads, the tables
 
 import gpcnn
-from gpcnn.engines import base
+from gpcnn.engines import dispatch
 from gpcnn.fit import runs
 
-STREAMING = base.StreamingAverage
+STREAMING = dispatch.StreamingAverage
 
 
 class MergedAtTheEnd(STREAMING):
@@ -56,14 +56,14 @@ def main() -> None:
     seconds: dict[str, list[float]] = {name: [] for name in variants}
     for round_ in range(1, args.repeats + 1):
         for name, merger in variants.items():
-            base.StreamingAverage = merger
+            dispatch.StreamingAverage = merger
             try:
                 est = overhead.estimator(db, overhead.dense_model(25), iterations=3)
                 with est:
                     est.fit(table)
                 gpcnn.release_sessions()
             finally:
-                base.StreamingAverage = STREAMING
+                dispatch.StreamingAverage = STREAMING
             steady = [row["seconds"] for row in est.history_[1:]]
             seconds[name] += steady
             runs.delete_runs(db, [est.run_id_])

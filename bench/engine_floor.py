@@ -47,7 +47,7 @@ import overhead
 from floor import copy_in, send_to_client
 
 import gpcnn
-from gpcnn.engines import transport
+from gpcnn.engines import copying
 
 SCHEMA = "gpcnn_engine_floor"
 K = 2
@@ -93,7 +93,7 @@ class Stored:
         self.model_bytes = vector.nbytes
         self.sessions = sessions(db, K if not self.greenplum else 1)
         self.payload = b"".join(
-            transport.chunk_rows(("integer",), [((1,), vector)], db.backend.chunk_values)
+            copying.chunk_rows(("integer",), [((1,), vector)], db.backend.chunk_values)
         )
         tables = {"stored": db.backend.distribution("run")}
         if self.greenplum:

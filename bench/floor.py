@@ -51,7 +51,7 @@ from cpu_budget import _cpu_seconds
 from overhead import dense_model, keras
 
 import gpcnn
-from gpcnn.engines import transport
+from gpcnn.engines import copying
 
 SCHEMA = "gpcnn_floor"
 CHUNK_BYTES = 1 << 20
@@ -128,7 +128,7 @@ class Primitives:
         self.values = [np.asarray(w) for w in self.model.get_weights()]
         self.vector = np.concatenate([w.ravel() for w in self.values])
         # (chunk, data) rows as gpcnn's checkpoints are written, made once, outside the timing
-        rows = transport.chunk_rows((), [((), self.vector)], CHUNK_BYTES // 4)
+        rows = copying.chunk_rows((), [((), self.vector)], CHUNK_BYTES // 4)
         self.payload = b"".join(rows)
         self.schema = db.backend.quote(SCHEMA)
         self.table = f"{self.schema}.{db.backend.quote('stored')}"

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 
 import gpcnn
 from gpcnn.data import datasets, tables
-from gpcnn.engines.transport import copy
+from gpcnn.engines.copying import copy
 
 SCHEMA = "gpcnn_bench"
 TARGET_MBS = 100.0

@@ -71,7 +71,7 @@ import sqlalchemy as sa
 
 import gpcnn
 from gpcnn.data.tables import load_images
-from gpcnn.engines import base, migrations, transport
+from gpcnn.engines import dispatch, migrations, transfers
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.estimator import GreenplumCNN
@@ -103,12 +103,12 @@ def _timed(owner, name: str, part: str) -> None:
 
 
 for owner, name, part in (
-    (transport, "write_transfer", "send"),
-    (transport, "delete_transfer", "send"),
+    (transfers, "write_transfer", "send"),
+    (transfers, "delete_transfer", "send"),
     (SegmentSessions, "map", "query"),
-    (base.StreamingAverage, "close", "merge"),
-    (base, "per_key_result", "decode"),
-    (base, "merged_result", "decode"),
+    (dispatch.StreamingAverage, "close", "merge"),
+    (dispatch, "per_key_result", "decode"),
+    (dispatch, "merged_result", "decode"),
     (Catalog, "store_checkpoint", "store"),
     (Training, "_streamed_checkpoint", "store"),  # what is left of a COPY that overlapped query
     (Training, "_store", "row"),  # the row, the commit, the wait for the last retention delete

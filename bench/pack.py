@@ -24,8 +24,8 @@ import numpy as np
 import gpcnn
 from gpcnn.data import datasets
 from gpcnn.engines.catalog import relation_exists
+from gpcnn.engines.copying import copy
 from gpcnn.engines.packing import PackingSource
-from gpcnn.engines.transport import copy
 
 SCHEMA = "gpcnn_bench_pack"  # gpcnn's functions and the image tables
 DATA = "gpcnn_bench_pack_rows"  # the source table

@@ -20,12 +20,8 @@ import gpcnn
 from gpcnn.data.tables import load_images, read_images
 from gpcnn.engines import migrations
 from gpcnn.engines.catalog import Catalog
-from gpcnn.engines.transport import (
-    AVERAGE_LEAD_CHUNKS,
-    BinaryRows,
-    StreamingAverage,
-    chunk_rows,
-)
+from gpcnn.engines.copying import BinaryRows, chunk_rows
+from gpcnn.engines.streaming import AVERAGE_LEAD_CHUNKS, StreamingAverage
 from gpcnn.fit import runs
 from gpcnn.fit.training import Retention
 from gpcnn.kernel import segment, wire

@@ -4,7 +4,9 @@ Shape (b) of docs/design.md on Greenplum: GROUP BY __dist_key__ with ORDER BY bu
 training aggregate (each segment trains its own keys, in a fixed order), the start vector joined
 from the replicated ``transfers`` table, the trained vectors out in chunks and merged chunk by
 chunk on top. The
-"statement" dispatch on PostgreSQL sends exactly these statements, so the suite runs them.
+"statement" dispatch on PostgreSQL sends exactly these statements, so the suite runs them. The
+statements come from each engine's ``Compiler``, which needs a dialect and a schema, never a
+server.
 """
 
 from __future__ import annotations
@@ -12,11 +14,20 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from gpcnn.engines import GreenplumBackend, PostgresBackend, migrations
+from gpcnn.engines import (
+    GreenplumBackend,
+    GreenplumCompiler,
+    OneStatement,
+    PostgresBackend,
+    PostgresCompiler,
+    SessionPerSegment,
+    migrations,
+)
 from gpcnn.engines.install import statements
 from gpcnn.engines.sessions import SegmentSessions
 
 OFFLINE = sa.create_engine("postgresql+psycopg2://")  # never connects: quoting only
+DIALECT = OFFLINE.dialect
 
 TRAIN = (
     "SELECT t.__dist_key__ AS key, gpcnn.train(t.__dist_key__, c.chunk, c.data, t.x, t.y, t.n, "
@@ -56,7 +67,7 @@ def test_greenplum_training_is_one_shape_b_statement_merged_chunk_by_chunk():
 
 
 def test_statements_compile_to_the_drivers_style_with_colons_in_names_escaped():
-    pg = PostgresBackend(OFFLINE, "we:ird")
+    pg = PostgresCompiler(DIALECT, "we:ird")
     sessions = SegmentSessions.__new__(SegmentSessions)
     sessions._dialect = OFFLINE.dialect
     compiled = sessions._compiled(pg.evaluation_sql('"a:b".t', "merge"))
@@ -73,7 +84,7 @@ def test_statements_compile_to_the_drivers_style_with_colons_in_names_escaped():
 def test_no_statement_binds_weights():
     """Weights reach the server by COPY into ``transfers``: no statement takes them as a
     parameter (psycopg2 would write them into the statement text)."""
-    pg = PostgresBackend(OFFLINE, "gpcnn")
+    pg = PostgresCompiler(DIALECT, "gpcnn")
     for sql in (
         pg.training_sql("img.t", "merge"),
         pg.training_sql("img.t", None),
@@ -88,7 +99,7 @@ def test_no_statement_binds_weights():
 
 
 def test_evaluation_joins_the_weights_to_each_keys_first_buffer():
-    gp = GreenplumBackend(OFFLINE, "gpcnn")
+    gp = GreenplumCompiler(DIALECT, "gpcnn")
     assert gp.evaluation_sql("img.t", "merge") == (
         "SELECT gpcnn.merge(q.state ORDER BY array_position(CAST(:keys AS integer[]), q.key)) "
         "FROM (SELECT t.__dist_key__ AS key, gpcnn.evaluate("
@@ -104,7 +115,7 @@ def test_evaluation_joins_the_weights_to_each_keys_first_buffer():
 def test_a_stored_start_joins_the_checkpoint_where_the_transfer_was():
     """Training from the checkpoint just stored, and validating it, read the ``weights`` part of
     that checkpoint in place of a transfer; nothing else in the statement changes."""
-    gp = GreenplumBackend(OFFLINE, "gpcnn")
+    gp = GreenplumCompiler(DIALECT, "gpcnn")
     checkpoint = (
         "gpcnn.checkpoints c ON c.run_id = :start_run AND c.iteration = :start_iteration "
         "AND c.part = 'weights'"
@@ -120,7 +131,7 @@ def test_a_stored_start_joins_the_checkpoint_where_the_transfer_was():
 
 def test_postgres_runs_one_statement_per_segment_session():
     pg = PostgresBackend(OFFLINE, "gpcnn")
-    assert pg.dispatch == "sessions"
+    assert pg.dispatch == "sessions" and isinstance(pg.dispatcher, SessionPerSegment)
     assert pg.session_groups([0, 1, 2, 3], 4) == [[0], [1], [2], [3]]
     assert pg.session_groups([0, 1, 2, 3, 4], 2) == [[0, 2, 4], [1, 3]]  # more keys than sessions
     assert pg.training_sql("img.t", None) == CHUNKS.format(inner=TRAIN.format(table="img.t"))
@@ -135,8 +146,23 @@ def test_statement_dispatch_on_postgres_sends_greenplums_statements():
         assert pg.training_sql("img.t", outer) == gp.training_sql("img.t", outer)
         assert pg.evaluation_sql("img.t", outer) == gp.evaluation_sql("img.t", outer)
     assert pg.prediction_sql("img.t") == gp.prediction_sql("img.t")
+    assert isinstance(pg.dispatcher, OneStatement) and isinstance(gp.dispatcher, OneStatement)
     with pytest.raises(ValueError, match="dispatch='sessions' on greenplum"):
         GreenplumBackend(OFFLINE, "gpcnn", dispatch="sessions")
+
+
+def test_a_backend_builds_the_same_statements_as_its_engines_compiler():
+    """Running adds nothing to the text: the backend's statements are its compiler's."""
+    for backend, compiler in (
+        (GreenplumBackend(OFFLINE, "gpcnn"), GreenplumCompiler(DIALECT, "gpcnn")),
+        (PostgresBackend(OFFLINE, "gpcnn"), PostgresCompiler(DIALECT, "gpcnn")),
+    ):
+        for outer in ("merge", None):
+            assert backend.training_sql("img.t", outer) == compiler.training_sql("img.t", outer)
+        assert backend.evaluation_sql("img.t", None) == compiler.evaluation_sql("img.t", None)
+        assert backend.prediction_sql("img.t") == compiler.prediction_sql("img.t")
+        assert backend.probe_sql() == compiler.probe_sql()
+
 
 
 def test_training_aggregate_has_no_combine_function_and_chunks_merge_in_order():
@@ -183,7 +209,7 @@ def test_greenplum_distributes_gpcnns_tables_like_the_rows_they_meet():
 
 def test_greenplum_catalog_queries():
     """What only Greenplum runs (no Greenplum here): its catalog and the per-segment probe."""
-    gp = GreenplumBackend(OFFLINE, "gpcnn")
+    gp = GreenplumCompiler(DIALECT, "gpcnn")
     assert gp.PRIMARIES_SQL == (
         "SELECT count(*) FROM gp_segment_configuration WHERE role = 'p' AND content >= 0"
     )

@@ -20,7 +20,7 @@ import gpcnn
 from gpcnn.data.tables import load_images
 from gpcnn.engines import migrations
 from gpcnn.engines.catalog import Catalog, reclaim
-from gpcnn.engines.transport import EVERY_KEY, write_transfer
+from gpcnn.engines.transfers import EVERY_KEY, write_transfer
 from gpcnn.fit import runs
 from gpcnn.kernel import segment
 

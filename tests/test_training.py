@@ -14,7 +14,7 @@ from sklearn.base import clone
 from tiny import learnable_images
 
 from gpcnn.data.tables import STAGING_SUFFIX, TableError, load_images, read_images
-from gpcnn.engines import transport
+from gpcnn.engines import transfers
 from gpcnn.engines.catalog import Catalog
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import compiling
@@ -168,9 +168,9 @@ def test_merged_weights_equal_the_in_process_reference(engine, schema, tables, k
 def count_transfers(engine, monkeypatch) -> list[int]:
     """The number of vectors of every transfer the backend writes from now on."""
     sent = []
-    write_transfer = transport.write_transfer
+    write_transfer = transfers.write_transfer
     monkeypatch.setattr(
-        transport,
+        transfers,
         "write_transfer",
         lambda backend, vectors: sent.append(len(vectors)) or write_transfer(backend, vectors),
     )

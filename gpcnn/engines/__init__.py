@@ -1,32 +1,57 @@
 """The engine layer: every statement gpcnn sends, one backend per engine behind one handle.
 
-``connect`` gives the handle (``Database``); ``base``/``postgres``/``greenplum`` hold what differs per
-engine (DDL, settings, dispatch of an iteration); ``transport`` how vectors travel in chunks (COPY,
-transfers, result streams); ``catalog`` the statements on gpcnn's own tables (``Catalog``) and
+``connect`` gives the handle (``Database``), whose backend comes from the registry of engines
+(``registry``: ``register_engine``, detected from the server or named). An engine is one module
+(``postgres``, ``greenplum``) with its statements (a ``compiler.Compiler``: strings only), its
+``base.Backend`` (runs them) and its dispatch modes (``dispatch``: how an iteration reaches the
+segments, as objects). How vectors travel: ``copying`` (binary COPY), ``transfers`` (the vectors
+a statement joins), ``results`` (decoding what comes back), ``streaming`` (the client's merge of
+K result streams). ``catalog`` holds the statements on gpcnn's own tables (``Catalog``) and
 ``migrations`` their shape; ``functions`` the DDL of the in-database functions; ``sessions`` the
 segment sessions.
 No other layer imports the driver: ``DatabaseError`` (an error the server raised, with ``orig``)
-and ``DriverError`` (any error of the driver layer) are what they catch.
+and ``DriverError`` (any error of the driver layer) are what they catch; ``error_place`` says
+which server process an error names.
 """
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError as DatabaseError
 from sqlalchemy.exc import SQLAlchemyError as DriverError
 
-from gpcnn.engines.base import DISPATCHES, Backend
+from gpcnn.engines.base import Backend, ServerPlace
+from gpcnn.engines.compiler import Compiler
 from gpcnn.engines.database import Database, connect, release_sessions
-from gpcnn.engines.greenplum import GreenplumBackend
-from gpcnn.engines.postgres import PostgresBackend
+from gpcnn.engines.dispatch import Dispatch, OneStatement, SessionPerSegment
+from gpcnn.engines.greenplum import GreenplumBackend, GreenplumCompiler
+from gpcnn.engines.postgres import PostgresBackend, PostgresCompiler
+from gpcnn.engines.registry import (
+    ServerFacts,
+    dispatch_names,
+    error_place,
+    register_engine,
+    unregister_engine,
+)
 
 __all__ = [
-    "DISPATCHES",
     "Backend",
+    "Compiler",
     "Connection",
     "Database",
     "DatabaseError",
+    "Dispatch",
     "DriverError",
     "GreenplumBackend",
+    "GreenplumCompiler",
+    "OneStatement",
     "PostgresBackend",
+    "PostgresCompiler",
+    "ServerFacts",
+    "ServerPlace",
+    "SessionPerSegment",
     "connect",
+    "dispatch_names",
+    "error_place",
+    "register_engine",
     "release_sessions",
+    "unregister_engine",
 ]

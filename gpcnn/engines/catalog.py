@@ -22,14 +22,10 @@ import sqlalchemy as sa
 
 from gpcnn.engines import migrations
 from gpcnn.engines.base import Backend
+from gpcnn.engines.copying import write_chunks, write_streamed_chunks
 from gpcnn.engines.migrations import RUN_PARTS, SEGMENT_PARTS, result_key, tables
-from gpcnn.engines.transport import (
-    EVERY_KEY,
-    assemble,
-    sweep_transfers,
-    write_chunks,
-    write_streamed_chunks,
-)
+from gpcnn.engines.results import assemble
+from gpcnn.engines.transfers import EVERY_KEY, sweep_transfers
 
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed", "interrupted")
 # a run that stopped on purpose is never continued by itself

@@ -1,7 +1,8 @@
-"""The connection handle: one per (server, schema, dispatch), cached, picklable, closed once.
+"""The connection handle: one per (server, schema, dispatch, engine), cached, picklable, closed once.
 
 Everything in gpcnn takes a ``Database`` — never a SQLAlchemy engine, a backend and a schema side by
-side. The engine kind is detected once, on first use. Pickling keeps the URL without its password;
+side. The engine is detected once, on first use, among the registered ones (``registry``), unless
+the handle names one (``engine_name``). Pickling keeps the URL without its password;
 an unpickled handle takes the password again from ``$GPCNN_DATABASE_URL``,
 ``$GPCNN_TEST_DATABASE_URL`` or the embedded cluster when they name the same server and user, else
 libpq finds it (``$PGPASSWORD``, ``~/.pgpass``).
@@ -16,14 +17,13 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import DISPATCHES, Backend, check_chunk_bytes
-from gpcnn.engines.greenplum import GreenplumBackend
-from gpcnn.engines.postgres import PostgresBackend
+from gpcnn.engines import registry
+from gpcnn.engines.base import Backend, check_chunk_bytes
 from gpcnn.engines.sessions import POOL, named
 
 DEFAULT_SCHEMA = "gpcnn"
 
-_open: dict[tuple[str, str, str | None, int | None], Database] = {}
+_open: dict[tuple[str, str, str | None, int | None, str | None], Database] = {}
 _open_lock = threading.Lock()
 
 
@@ -83,8 +83,9 @@ def _known_password(url: sa.URL) -> str | None:
 class Database:
     """A database gpcnn runs on: its URL, gpcnn's schema there, the engine kind and how iterations
     are dispatched (``dispatch``: None for the engine's own way; ``"statement"`` runs PostgreSQL
-    iterations exactly as Greenplum does, one statement for all segments in one session), and the
-    chunk size of the vectors sent and stored (``chunk_bytes``; None: 1 MiB)."""
+    iterations exactly as Greenplum does, one statement for all segments in one session), the
+    chunk size of the vectors sent and stored (``chunk_bytes``; None: 1 MiB), and the registered
+    engine that serves it (``engine_name``; None: the one that detects the server)."""
 
     def __init__(
         self,
@@ -92,15 +93,19 @@ class Database:
         schema: str = DEFAULT_SCHEMA,
         dispatch: str | None = None,
         chunk_bytes: int | None = None,
+        engine_name: str | None = None,
     ) -> None:
-        if dispatch not in DISPATCHES:
-            raise ValueError(f"dispatch={dispatch!r}: choose one of {DISPATCHES}")
+        if dispatch not in registry.dispatch_names():
+            raise ValueError(f"dispatch={dispatch!r}: choose one of {registry.dispatch_names()}")
+        if engine_name is not None:
+            registry.named_engine(engine_name)  # a name no engine has fails here, not on first use
         if not isinstance(schema, str) or not schema:
             raise ValueError(f"schema must be a non-empty name, got {schema!r}")
         self.url = _driver_url(url)
         self.schema = schema
         self.dispatch = dispatch
         self.chunk_bytes = None if chunk_bytes is None else check_chunk_bytes(chunk_bytes)
+        self.engine_name = engine_name
         self.closed = False
 
     @cached_property
@@ -111,10 +116,13 @@ class Database:
 
     @cached_property
     def backend(self) -> Backend:
-        """The engine kind, asked of the server once."""
-        with self.engine.connect() as conn:
-            role = conn.execute(sa.text("SELECT current_setting('gp_role', true)")).scalar()
-        cls = GreenplumBackend if role else PostgresBackend
+        """The engine's backend: the one named, else the one that detects the server (asked once)."""
+        if self.engine_name is not None:
+            cls = registry.named_engine(self.engine_name)
+        else:
+            with self.engine.connect() as conn:
+                facts = conn.execute(sa.text(registry.SERVER_FACTS_SQL)).one()
+            cls = registry.detected_engine(registry.ServerFacts(*facts))
         return cls(self.engine, self.schema, self.dispatch, self.chunk_bytes)
 
     @property
@@ -153,6 +161,7 @@ class Database:
             "schema": self.schema,
             "dispatch": self.dispatch,
             "chunk_bytes": self.chunk_bytes,
+            "engine_name": self.engine_name,
         }
 
     def __setstate__(self, state: dict) -> None:
@@ -160,13 +169,21 @@ class Database:
         password = _known_password(url)
         if password is not None:
             url = url.set(password=password)
-        self.__init__(url, state["schema"], state["dispatch"], state.get("chunk_bytes"))
+        self.__init__(
+            url,
+            state["schema"],
+            state["dispatch"],
+            state.get("chunk_bytes"),
+            state.get("engine_name"),
+        )
 
     def __repr__(self) -> str:
         shown = self.url.render_as_string(hide_password=True)
         extra = f", dispatch={self.dispatch!r}" if self.dispatch else ""
         if self.chunk_bytes:
             extra += f", chunk_bytes={self.chunk_bytes}"
+        if self.engine_name:
+            extra += f", engine_name={self.engine_name!r}"
         return f"Database({shown!r}, schema={self.schema!r}{extra})"
 
 
@@ -188,6 +205,7 @@ def connect(
     schema: str = DEFAULT_SCHEMA,
     dispatch: str | None = None,
     chunk_bytes: int | None = None,
+    engine_name: str | None = None,
 ) -> Database:
     """The handle for ``url``, else ``$GPCNN_DATABASE_URL``, else the embedded cluster (started if
     needed); the same handle again for the same arguments until it is closed.
@@ -199,11 +217,15 @@ def connect(
         as it is. None: ``$GPCNN_DATABASE_URL``, else the embedded PostgreSQL of ``$GPCNN_HOME``.
     schema : str, default "gpcnn"
         The schema of gpcnn's functions, runs and catalog for everything done with this handle.
-    dispatch : {None, "statement"}
+    dispatch : {None, "statement", "sessions"}
         How iterations reach the segments: None, the engine's own way; ``"statement"``, one
-        statement for all segments in one session, as on Greenplum.
+        statement for all segments in one session, as on Greenplum; ``"sessions"``, a session per
+        segment (PostgreSQL's own); or a mode a registered engine adds.
     chunk_bytes : int, optional
         The size of the chunks that carry weights to and from the segments (default 1 MiB).
+    engine_name : str, optional
+        The registered engine to run on (``gpcnn.engines.register_engine``); None: the one that
+        recognises the server (PostgreSQL or Greenplum).
 
     Returns
     -------
@@ -231,9 +253,9 @@ def connect(
     if url is None:
         url = _default().url()
     parsed = _driver_url(url)
-    key = (parsed.render_as_string(hide_password=False), schema, dispatch, chunk_bytes)
+    key = (parsed.render_as_string(hide_password=False), schema, dispatch, chunk_bytes, engine_name)
     with _open_lock:
         db = _open.get(key)
         if db is None:
-            db = _open[key] = Database(parsed, schema, dispatch, chunk_bytes)
+            db = _open[key] = Database(parsed, schema, dispatch, chunk_bytes, engine_name)
     return db

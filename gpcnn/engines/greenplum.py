@@ -1,21 +1,29 @@
-"""Greenplum 7 / Apache Cloudberry: DISTRIBUTED BY (__dist_key__), one key per primary segment."""
+"""The Greenplum 7 / Apache Cloudberry engine: DISTRIBUTED BY (__dist_key__), one key per primary
+segment; its statements (``GreenplumCompiler``), its backend, the segment its errors name, and its
+registration.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import ClassVar
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend, text_safe
+from gpcnn.engines.base import Backend, ServerPlace
+from gpcnn.engines.compiler import Compiler, text_safe
+from gpcnn.engines.dispatch import OneStatement
+from gpcnn.engines.registry import ServerFacts, register_engine
+
+# The suffix a Greenplum error's message ends with: the segment, its host and port, the process.
+GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+) slice\d+ ([^\s:()]+):(\d+) pid=(\d+)\)")
 
 
-class GreenplumBackend(Backend):
+class GreenplumCompiler(Compiler):
+    """Greenplum's statements: distribution clauses, and its catalog's queries."""
+
     kind = "greenplum"
-    native_dispatch = "statement"
-
-    # one statement reaches every segment: a session per segment is PostgreSQL's way
-    dispatches = (None, "statement")
 
     # Greenplum's catalog: the primaries (content -1 is the coordinator), and the most per host.
     PRIMARIES_SQL = (
@@ -33,7 +41,6 @@ class GreenplumBackend(Backend):
             "FROM gp_dist_random('gp_id') ORDER BY 1"
         )
 
-    DOCTOR_SETTINGS = (*Backend.DOCTOR_SETTINGS, "gp_resource_manager", "gp_vmem_protect_limit")
     # primaries, the hosts they run on, mirrors
     TOPOLOGY_SQL = (
         "SELECT count(*) FILTER (WHERE role = 'p' AND content >= 0), "
@@ -53,6 +60,44 @@ class GreenplumBackend(Backend):
         "ON g.groupid = r.rolresgroup WHERE r.rolname = current_user",
     }
 
+    def distribution(self, *columns: str) -> str:
+        """By the given columns; a table without any (small, read everywhere) on every segment."""
+        if not columns:
+            return " DISTRIBUTED REPLICATED"
+        return f" DISTRIBUTED BY ({', '.join(columns)})"
+
+    def replicated(self) -> str:
+        return " DISTRIBUTED REPLICATED"
+
+    KEY_CANDIDATES_PER_SEGMENT = 64
+
+    def key_candidates_sql(self, segments_in_cluster: int) -> list[str]:
+        """Load candidate keys into a table distributed like image tables, to see where each lands."""
+        count = self.KEY_CANDIDATES_PER_SEGMENT * segments_in_cluster
+        return [
+            "CREATE TEMP TABLE gpcnn_key_candidates (__dist_key__ integer) "
+            "DISTRIBUTED BY (__dist_key__)",
+            f"INSERT INTO gpcnn_key_candidates SELECT generate_series(0, {count - 1})",
+            "SELECT gp_segment_id, array_agg(__dist_key__ ORDER BY __dist_key__) "
+            "FROM gpcnn_key_candidates GROUP BY gp_segment_id ORDER BY gp_segment_id",
+            "DROP TABLE gpcnn_key_candidates",
+        ]
+
+    def image_table_ddl(self, table, keys: list[int]) -> list[str]:
+        name = table.sql(self)
+        return [
+            f"CREATE TABLE {name} ({self.IMAGE_COLUMNS}) DISTRIBUTED BY (__dist_key__)",
+            f"ALTER TABLE {name} {self.EXTERNAL_STORAGE}",
+        ]
+
+
+class GreenplumBackend(GreenplumCompiler, Backend):
+    """A Greenplum-family server: one statement reaches every segment (a session per segment is
+    PostgreSQL's way)."""
+
+    dispatch_modes = (OneStatement,)
+
+    DOCTOR_SETTINGS = (*Backend.DOCTOR_SETTINGS, "gp_resource_manager", "gp_vmem_protect_limit")
     def doctor_facts(self) -> dict:
         """Besides the settings: primaries, hosts, mirrors, each primary's vmem limit and this
         role's resource queue or group."""
@@ -86,29 +131,6 @@ class GreenplumBackend(Backend):
             rows = conn.execute(sa.text(self.probe_sql()), {"threads": threads}).all()
         return self._decode_probes(rows)
 
-    def distribution(self, *columns: str) -> str:
-        """By the given columns; a table without any (small, read everywhere) on every segment."""
-        if not columns:
-            return " DISTRIBUTED REPLICATED"
-        return f" DISTRIBUTED BY ({', '.join(columns)})"
-
-    def replicated(self) -> str:
-        return " DISTRIBUTED REPLICATED"
-
-    KEY_CANDIDATES_PER_SEGMENT = 64
-
-    def key_candidates_sql(self, segments_in_cluster: int) -> list[str]:
-        """Load candidate keys into a table distributed like image tables, to see where each lands."""
-        count = self.KEY_CANDIDATES_PER_SEGMENT * segments_in_cluster
-        return [
-            "CREATE TEMP TABLE gpcnn_key_candidates (__dist_key__ integer) "
-            "DISTRIBUTED BY (__dist_key__)",
-            f"INSERT INTO gpcnn_key_candidates SELECT generate_series(0, {count - 1})",
-            "SELECT gp_segment_id, array_agg(__dist_key__ ORDER BY __dist_key__) "
-            "FROM gpcnn_key_candidates GROUP BY gp_segment_id ORDER BY gp_segment_id",
-            "DROP TABLE gpcnn_key_candidates",
-        ]
-
     def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
         """One key per primary segment, each hashing to a different one; with more keys than
         segments, the next candidates of each segment in turn (keys then share segments)."""
@@ -118,13 +140,6 @@ class GreenplumBackend(Backend):
         per_segment = [list(keys) for _, keys in conn.exec_driver_sql(select).all()]
         conn.exec_driver_sql(drop)
         return spread_keys(per_segment, segments)
-
-    def image_table_ddl(self, table, keys: list[int]) -> list[str]:
-        name = table.sql(self)
-        return [
-            f"CREATE TABLE {name} ({self.IMAGE_COLUMNS}) DISTRIBUTED BY (__dist_key__)",
-            f"ALTER TABLE {name} {self.EXTERNAL_STORAGE}",
-        ]
 
     # SD/GD (the model cache) live only while the session's segment processes do: keep them.
     # The trained vectors cross the interconnect twice (redistributed by chunk to the segments
@@ -146,6 +161,25 @@ class GreenplumBackend(Backend):
         keys_per_host = max(1, round(segments * int(per_host) / self.default_segments()))
         cpus = int(self.probe_segments()[0]["cpu_count"] or 1)
         return max(1, cpus // keys_per_host)
+
+    @staticmethod
+    def error_place(text: str) -> tuple[ServerPlace | None, str]:
+        """The segment named by the suffix Greenplum adds to an error's message, and the text
+        without it."""
+        found = GREENPLUM_SEGMENT.search(text)
+        place = None
+        if found:
+            content, host, port, pid = found.groups()
+            place = ServerPlace("Greenplum", int(content), host, int(port), int(pid))
+        return place, GREENPLUM_SEGMENT.sub("", text)
+
+
+def is_greenplum(facts: ServerFacts) -> bool:
+    """A server with Greenplum's ``gp_role`` setting (Greenplum, Cloudberry)."""
+    return bool(facts.gp_role)
+
+
+register_engine("greenplum", GreenplumBackend, detects=is_greenplum)
 
 
 def spread_keys(per_segment: list[list[int]], segments: int) -> list[int]:

@@ -13,7 +13,8 @@ import sqlalchemy as sa
 
 from gpcnn.engines import migrations
 from gpcnn.engines.base import Backend
-from gpcnn.engines.transport import assemble, write_chunks
+from gpcnn.engines.copying import write_chunks
+from gpcnn.engines.results import assemble
 
 WEIGHTS_PREFIX = (("name", "text"),)
 

@@ -14,8 +14,9 @@ from functools import cache
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend, text_safe
-from gpcnn.engines.transport import EVERY_KEY
+from gpcnn.engines.base import Backend
+from gpcnn.engines.compiler import text_safe
+from gpcnn.engines.transfers import EVERY_KEY
 
 SHAPE_VERSION = 7
 
@@ -344,7 +345,7 @@ def _migrate_4_to_5(conn: sa.Connection, backend: Backend) -> None:
 
 def _migrate_5_to_6(conn: sa.Connection, backend: Backend) -> None:
     """Transfers record their owner and age, so that a dead client's are swept; rows written
-    before have no owner ('') and are swept by age (``transport.sweep_transfers``)."""
+    before have no owner ('') and are swept by age (``transfers.sweep_transfers``)."""
     _create_missing(conn, backend)
     if "owner" not in _columns(conn, backend, "transfers"):
         conn.exec_driver_sql(

@@ -16,7 +16,8 @@ import math
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend, text_safe
+from gpcnn.engines.base import Backend
+from gpcnn.engines.compiler import text_safe
 
 ARRAY_TYPES = ("real[]", "double precision[]", "smallint[]", "integer[]")
 IMAGE_TYPES = (*ARRAY_TYPES, "bytea")

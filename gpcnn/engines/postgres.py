@@ -1,37 +1,26 @@
-"""PostgreSQL: one LIST partition per segment, one persistent session per segment (docs/design.md)."""
+"""The PostgreSQL engine: one LIST partition per segment, one persistent session per segment
+(docs/design.md); its statements (``PostgresCompiler``), its backend and its registration.
+"""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend, text_safe
+from gpcnn.engines.base import Backend
+from gpcnn.engines.compiler import Compiler, text_safe
+from gpcnn.engines.dispatch import OneStatement, SessionPerSegment
+from gpcnn.engines.registry import ServerFacts, register_engine
 
 
-class PostgresBackend(Backend):
+class PostgresCompiler(Compiler):
+    """PostgreSQL's DDL: an image table is a parent partitioned by key, one partition per key."""
+
     kind = "postgresql"
     partitioned = True
 
-    def server_cpu_count(self) -> int:
-        return int(self.probe_segments()[0]["cpu_count"] or 1)
-
-    def default_segments(self) -> int:
-        return max(2, self.server_cpu_count())
-
-    def probe_segments(self, threads: int | None = None) -> list[dict]:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                sa.text(f"SELECT -1, {text_safe(self.qschema)}.probe(:threads)"),
-                {"threads": threads},
-            ).all()
-        return self._decode_probes(rows)
-
-    def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
-        """0..K-1; through a ``dispatch="statement"`` handle Greenplum-like keys instead (see
-        ``greenplum_like_keys``), so the suite runs Greenplum's path with keys that are neither
-        0..K-1 nor in order, as Greenplum's are."""
-        if self.dispatch == "statement":
-            return greenplum_like_keys(segments)
-        return list(range(segments))
+    def probe_sql(self) -> str:
+        """The probe once, in the server's own process (segment -1)."""
+        return f"SELECT -1, {text_safe(self.qschema)}.probe(:threads)"
 
     @staticmethod
     def partition(table, key: int):
@@ -55,8 +44,46 @@ class PostgresBackend(Backend):
             for k in keys
         ]
 
+
+class StatementAsOnGreenplum(OneStatement):
+    """Greenplum's one statement on PostgreSQL, with a new table's keys numbered as Greenplum
+    might (``greenplum_like_keys``): the suite runs Greenplum's path with keys that are neither
+    0..K-1 nor in order, as Greenplum's are."""
+
+    def numbered_keys(self, segments: int) -> list[int]:
+        return greenplum_like_keys(segments)
+
+
+class PostgresBackend(PostgresCompiler, Backend):
+    """A PostgreSQL server: a session per segment by default, or ``"statement"``."""
+
+    dispatch_modes = (SessionPerSegment, StatementAsOnGreenplum)
+
+    def server_cpu_count(self) -> int:
+        return int(self.probe_segments()[0]["cpu_count"] or 1)
+
+    def default_segments(self) -> int:
+        return max(2, self.server_cpu_count())
+
+    def probe_segments(self, threads: int | None = None) -> list[dict]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.text(self.probe_sql()), {"threads": threads}).all()
+        return self._decode_probes(rows)
+
+    def choose_keys(self, conn: sa.Connection, segments: int) -> list[int]:
+        """As the dispatch numbers them: 0..K-1, or Greenplum-like through ``"statement"``."""
+        return self.dispatcher.numbered_keys(segments)
+
     def default_threads(self, segments: int) -> int:
         return max(1, self.server_cpu_count() // max(1, segments))
+
+
+def is_postgresql(facts: ServerFacts) -> bool:
+    """Any server of the PostgreSQL family that is not a Greenplum one."""
+    return not facts.gp_role
+
+
+register_engine("postgresql", PostgresBackend, detects=is_postgresql)
 
 
 def greenplum_like_keys(segments: int) -> list[int]:

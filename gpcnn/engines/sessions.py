@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import sqlalchemy as sa
 
-from gpcnn.engines.transport import copy
+from gpcnn.engines.copying import copy
 
 MAX_IDLE_SESSIONS = 8  # each holds a server process with TensorFlow loaded (~300 MB private)
 DEFAULT_IDLE_TIMEOUT = 600.0  # seconds; $GPCNN_IDLE_SESSION_TIMEOUT overrides
@@ -226,7 +226,7 @@ class SegmentSessions:
         """Run ``sql`` once per parameter set, the i-th on session i, all at once. On an error or
         Ctrl-C every running statement is cancelled before the exception propagates; a failed
         statement raises ``SessionError`` (the first failure that is not a cancellation). With
-        ``binary`` (a factory of ``transport.BinaryRows`` sinks), ``sql`` is a binary
+        ``binary`` (a factory of ``copying.BinaryRows`` sinks), ``sql`` is a binary
         ``COPY (query) TO STDOUT`` and its rows come back parsed."""
         if len(params) > len(self._connections):
             raise ValueError(f"{len(params)} statements for {len(self._connections)} sessions")

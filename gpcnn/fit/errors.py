@@ -3,8 +3,9 @@
 A plpython function that raises sends the server an error whose message is ``Type: message`` and
 whose context is the Python traceback; ``segment.on_segment`` puts the segment's key in front of
 what the training functions raise (``SegmentError: segment 3: TypeError: ...``). On Greenplum the
-message also names the segment that failed (``(seg1 slice1 10.0.0.5:6001 pid=1234)``); MADlib's
-own functions move the segment's traceback into DETAIL, which is read as well. A session whose
+message also names the segment that failed (``(seg1 slice1 10.0.0.5:6001 pid=1234)``), which the
+engine reads (``engines.error_place``); MADlib's own functions move the segment's traceback into
+DETAIL, which is read as well. A session whose
 server process ended (``pg_terminate_backend``, the OOM killer, a restart) loses its connection
 with no error from the server: the client says so, with the process id. A statement ended by the
 server's ``statement_timeout`` is named as such, with where that is set.
@@ -15,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gpcnn.engines import DatabaseError
+from gpcnn.engines import DatabaseError, ServerPlace, error_place
 from gpcnn.engines.sessions import QUERY_CANCELED, SessionError
 
 # SQLSTATEs of a server process ended from outside: admin_shutdown, crash_shutdown,
@@ -24,7 +25,6 @@ ENDED = ("57P01", "57P02", "57P03")
 LOST_CONNECTION = "server closed the connection unexpectedly"
 NAMED_SEGMENT = re.compile(r"^(?:[\w.]+\.)?SegmentError: segment (-?\d+): (.*)$", re.S)
 RAISED_AT = re.compile(r"\n\(raised at ([^\n]*)\)")
-GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+) slice\d+ ([^\s:()]+):(\d+) pid=(\d+)\)")
 DISK_FULL = "53100"
 STATEMENT_TIMEOUT = (
     "the server's statement_timeout ended it: it is set on the URL (options=-c statement_timeout=…), "
@@ -89,9 +89,10 @@ def failure(
     message = (getattr(diag, "message_primary", None) or text.split("\n")[0] or repr(error)).strip()
     details = "\n".join(filter(None, [getattr(diag, "message_detail", None), text]))
     context = "\n".join(filter(None, [getattr(diag, "context", None), details]))
-    # Greenplum's suffix first: it follows the in-database code's "(raised at ...)" on its line.
-    greenplum = GREENPLUM_SEGMENT.search(f"{message}\n{details}")
-    message = GREENPLUM_SEGMENT.sub("", message).strip()
+    # The engine's mention of a server process first (Greenplum's suffix): it follows the
+    # in-database code's "(raised at ...)" on its line.
+    place, _ = error_place(f"{message}\n{details}")
+    message = error_place(message)[1].strip()
     named = NAMED_SEGMENT.match(message)
     origin = ""
     if named:
@@ -100,7 +101,7 @@ def failure(
         if raised_at:
             origin = f" (raised at {raised_at.group(1)})"
             message = RAISED_AT.sub("", message)
-    where = _place(keys, greenplum)
+    where = _place(keys, place)
     if lost or getattr(error, "pgcode", None) in ENDED or LOST_CONNECTION in text:
         process = f" (pid {pid})" if pid else ""
         why = (
@@ -130,14 +131,13 @@ def _shortened(message: str, width: int = 300) -> str:
     return " ... ".join(line if len(line) <= width else line[: width - 3] + "..." for line in kept)
 
 
-def _place(keys: Sequence[int] | None, greenplum: re.Match | None) -> str:
+def _place(keys: Sequence[int] | None, server: ServerPlace | None) -> str:
     parts = []
     if keys:
         label = "segment" if len(keys) == 1 else "segments"
         parts.append(f"{label} {', '.join(str(int(k)) for k in keys)}")
-    if greenplum:
-        content, host, port, pid = greenplum.groups()
-        parts.append(f"Greenplum segment {content} on {host}:{port}, pid {pid}")
+    if server:
+        parts.append(str(server))
     return f" on {' / '.join(parts)}" if parts else ""
 
 

@@ -22,7 +22,7 @@ from gpcnn.data.tables import (
     checked_name,
     resolved_name,
 )
-from gpcnn.engines import Database, transport
+from gpcnn.engines import Database, transfers
 from gpcnn.engines.catalog import Catalog, relation_exists
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.fit.errors import database_call
@@ -54,7 +54,7 @@ def _sent(
 ) -> Iterator[dict]:
     """The prediction statement's parameters, ``weights`` in ``transfers`` (in chunks, as a
     training start) while it runs."""
-    with transport.sent(db.backend, weights) as transfer:
+    with transfers.sent(db.backend, weights) as transfer:
         options = options.replace(image_shape=info.image_shape)
         yield {
             "model": model_json,

@@ -26,10 +26,9 @@ import numpy as np
 
 from gpcnn.data.tables import ImageTable, buffer_counts
 from gpcnn.engines import Database
-from gpcnn.engines.base import StoredStart
 from gpcnn.engines.catalog import Catalog, reclaim
 from gpcnn.engines.sessions import SegmentSessions
-from gpcnn.engines.transport import EVERY_KEY
+from gpcnn.engines.transfers import EVERY_KEY, StoredStart
 from gpcnn.fit import rules
 from gpcnn.fit.errors import TrainingError, database_call, once_more_if_lost
 from gpcnn.kernel import averaging, wire

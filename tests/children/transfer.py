@@ -10,7 +10,7 @@ import sys
 import numpy as np
 
 import gpcnn
-from gpcnn.engines.transport import EVERY_KEY, write_transfer
+from gpcnn.engines.transfers import EVERY_KEY, write_transfer
 
 url, schema = sys.argv[1:3]
 db = gpcnn.connect(url or None, schema=schema)

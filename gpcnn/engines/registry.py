@@ -1,0 +1,96 @@
+"""The registry of engines: which ``Backend`` class serves a server, by name or detected from what
+the server says it is; an engine module registers its backend on import, as a third party's would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpcnn.engines.base import Backend, ServerPlace
+
+# One round trip: what the server says it is (gp_role exists on the Greenplum family only).
+SERVER_FACTS_SQL = "SELECT version(), current_setting('gp_role', true)"
+
+
+@dataclass(frozen=True)
+class ServerFacts:
+    """What a server says it is: ``version()`` and its ``gp_role`` setting (None: no such)."""
+
+    version: str
+    gp_role: str | None
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    backend_class: type[Backend]
+    detects: Callable[[ServerFacts], bool] | None
+
+
+_engines: dict[str, Engine] = {}
+
+
+def register_engine(
+    name: str,
+    backend_class: type[Backend],
+    detects: Callable[[ServerFacts], bool] | None = None,
+) -> None:
+    """Make ``backend_class`` the engine ``name``.
+
+    Parameters
+    ----------
+    name : str
+        What ``gpcnn.connect(engine_name=...)`` calls it; a name already registered is refused.
+    backend_class : type[Backend]
+        The engine's backend: a ``Backend`` subclass, with its statements and dispatch modes.
+    detects : callable, optional
+        Given the ``ServerFacts`` of a server, whether this engine serves it; engines are asked
+        newest first. None: used only when named.
+    """
+    if name in _engines:
+        raise ValueError(f"an engine named {name!r} is registered already")
+    _engines[name] = Engine(name, backend_class, detects)
+
+
+def unregister_engine(name: str) -> None:
+    """Forget the engine ``name`` (handles already open keep their backend)."""
+    if _engines.pop(name, None) is None:
+        raise KeyError(f"no engine named {name!r} is registered")
+
+
+def engine_names() -> list[str]:
+    return list(_engines)
+
+
+def named_engine(name: str) -> type[Backend]:
+    """The backend class registered as ``name``."""
+    if name not in _engines:
+        raise ValueError(f"engine_name={name!r}: choose one of {engine_names()}")
+    return _engines[name].backend_class
+
+
+def detected_engine(facts: ServerFacts) -> type[Backend]:
+    """The backend class of the newest engine that detects the server of ``facts``."""
+    for engine in reversed(_engines.values()):
+        if engine.detects is not None and engine.detects(facts):
+            return engine.backend_class
+    raise RuntimeError(f"no registered engine serves {facts.version!r}: {engine_names()}")
+
+
+def dispatch_names() -> tuple[str | None, ...]:
+    """Every ``dispatch`` value some registered engine accepts (None: each engine's own)."""
+    names = {name for e in _engines.values() for name in e.backend_class.dispatch_names()}
+    return (None, *sorted(names - {None}))
+
+
+def error_place(text: str) -> tuple[ServerPlace | None, str]:
+    """Which server process an error's ``text`` names, as the engine that wrote it says, and the
+    text without that mention (errors do not say which engine they come from: each is asked)."""
+    place = None
+    for engine in _engines.values():
+        found, text = engine.backend_class.error_place(text)
+        place = place or found
+    return place, text
