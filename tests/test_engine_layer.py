@@ -88,6 +88,16 @@ def test_handle_pickles_without_its_password_and_finds_it_again(engine):
     copy.close()
 
 
+def test_a_handle_names_a_registered_engine_or_detects_one(engine):
+    named = gpcnn.connect(engine.url, schema=engine.schema, engine_name=engine.kind)
+    assert named is not engine and type(named.backend) is type(engine.backend)
+    copy = pickle.loads(pickle.dumps(named))
+    assert copy.engine_name == engine.kind and "engine_name=" in repr(copy)
+    named.close()
+    with pytest.raises(ValueError, match="engine_name='nosuch'"):
+        gpcnn.connect(engine.url, engine_name="nosuch")
+
+
 def test_an_estimator_with_a_handle_pickles(engine, table):
     est = fitted(engine, table)
     clone = pickle.loads(pickle.dumps(est))

@@ -16,11 +16,14 @@ from tiny import learnable_images
 import gpcnn
 from gpcnn.data.tables import load_images
 from gpcnn.engines import (
+    GreenplumBackend,
     PostgresBackend,
+    ServerFacts,
     SessionPerSegment,
     register_engine,
     unregister_engine,
 )
+from gpcnn.engines.registry import detected_engine
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.kernel import segment, wire
 
@@ -82,6 +85,13 @@ def fit(db, table: str, **params) -> GreenplumCNN:
     with est:
         est.fit(table)
     return est
+
+
+def test_the_built_in_engines_are_detected_from_what_the_server_says():
+    postgres = ServerFacts("PostgreSQL 15.8 on x86_64-pc-linux-gnu", None)
+    greenplum = ServerFacts("PostgreSQL 12.12 (Greenplum Database 7.1.0 build ...)", "dispatch")
+    assert detected_engine(postgres) is PostgresBackend
+    assert detected_engine(greenplum) is GreenplumBackend
 
 
 def test_a_handle_naming_a_registered_engine_runs_on_its_backend_and_dispatch(paired, database):

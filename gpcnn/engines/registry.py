@@ -25,6 +25,8 @@ class ServerFacts:
 
 @dataclass(frozen=True)
 class Engine:
+    """A registered engine: its name, backend class and detector."""
+
     name: str
     backend_class: type[Backend]
     detects: Callable[[ServerFacts], bool] | None
@@ -62,6 +64,7 @@ def unregister_engine(name: str) -> None:
 
 
 def engine_names() -> list[str]:
+    """The registered engines' names, oldest first."""
     return list(_engines)
 
 

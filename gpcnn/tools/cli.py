@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from gpcnn.data.datasets import DATASET_NAMES, load_by_name
-from gpcnn.engines import DriverError, connect
+from gpcnn.engines import DriverError, connect, dispatch_names
 from gpcnn.estimator import OPTIMIZER_STATES
 from gpcnn.study.experiments import RULES
 from gpcnn.study.models import MODELS, OPTIMIZERS
@@ -435,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--schema", default="gpcnn", help="schema of gpcnn's own objects")
         p.add_argument(
             "--dispatch",
-            choices=["sessions", "statement"],
+            choices=[name for name in dispatch_names() if name],
             help="how iterations reach the segments (default: the engine's own; 'statement' "
             "runs PostgreSQL as Greenplum does)",
         )
