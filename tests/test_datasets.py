@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gpcnn.data.datasets import (
+from gpcnn.datasets import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     DatasetError,
