@@ -1,4 +1,5 @@
-"""Named Keras CNNs (and optimizers) for gpcnn's estimators, by function or by name.
+"""Named Keras CNNs (and optimizers) for gpcnn's estimators, by function or by name; Keras as gpcnn
+sets it up (``keras_module``) and the one conversion of stored images to model input.
 
 >>> from gpcnn import models
 >>> cnn = models.small_cnn((28, 28, 1), classes=10)   # or models.build("small-cnn")
@@ -14,6 +15,8 @@ from gpcnn.estimator.named_models import (
     optimizer,
     small_cnn,
 )
+from gpcnn.kernel.keras_setup import keras_module
+from gpcnn.kernel.segment import to_model_input
 
 __all__ = [
     "MODELS",
@@ -22,6 +25,8 @@ __all__ = [
     "build",
     "fedavg_cnn",
     "gn_cnn",
+    "keras_module",
     "optimizer",
     "small_cnn",
+    "to_model_input",
 ]
