@@ -7,7 +7,7 @@
 """
 
 from gpcnn.data.by_name import DATASET_NAMES, load_by_name
-from gpcnn.data.cifar import load_cifar10
+from gpcnn.data.cifar import Cifar10Files, load_cifar10, load_cifar10_files
 from gpcnn.data.image_folder import ImageFolder, load_image_folder
 from gpcnn.data.labelled import Dataset, DatasetError
 from gpcnn.data.mnist import (
@@ -26,12 +26,14 @@ __all__ = [
     "FASHION_MNIST_DIR",
     "MNIST_CLASSES",
     "ArrayImages",
+    "Cifar10Files",
     "Dataset",
     "DatasetError",
     "ImageFolder",
     "ImageSource",
     "load_by_name",
     "load_cifar10",
+    "load_cifar10_files",
     "load_fashion_mnist",
     "load_image_folder",
     "load_mnist",

@@ -1,4 +1,5 @@
-"""Reader of CIFAR-10's python version: cifar-10-python.tar.gz or its extracted directory.
+"""Reader of CIFAR-10's python version: cifar-10-python.tar.gz or its extracted directory, as arrays
+(``load_cifar10``) or as an image source read one batch file at a time (``load_cifar10_files``).
 
 Images come back as uint8 arrays shaped (N, 32, 32, 3), labels as 1-D int64 arrays. The batch files
 are pickles, unpickled by an unpickler that can build numpy arrays and nothing else.
@@ -13,11 +14,14 @@ import tarfile
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import ClassVar
 
 import numpy as np
 
 from gpcnn.data.labelled import Dataset, DatasetError, checked_pair, missing_files
+from gpcnn.data.sources import ImageSource
 
 _CIFAR_DIR = "cifar-10-batches-py"
 _CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
@@ -32,17 +36,73 @@ def load_cifar10(path: str | os.PathLike[str]) -> Dataset:
     numpy arrays and nothing else: a crafted file cannot run code.
     """
     path = Path(path)
-    try:
-        with _cifar_files(path) as read:
-            meta_source, meta_raw = read("batches.meta")
-            class_names = _cifar_class_names(_unpickle(meta_source, meta_raw), meta_source)
-            batches = [_cifar_batch(*read(name), len(class_names)) for name in _CIFAR_TRAIN]
-            x_test, y_test = _cifar_batch(*read("test_batch"), len(class_names))
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        raise DatasetError(f"{path}: cannot read the CIFAR-10 files ({exc})") from exc
+    with _reading(path) as read:
+        class_names = _read_class_names(read)
+        batches = [_cifar_batch(*read(name), len(class_names)) for name in _CIFAR_TRAIN]
+        x_test, y_test = _cifar_batch(*read("test_batch"), len(class_names))
     x_train = np.concatenate([x for x, _ in batches])
     y_train = np.concatenate([y for _, y in batches])
     return Dataset("cifar10", x_train, y_train, x_test, y_test, class_names)
+
+
+@dataclass(frozen=True, eq=False)
+class Cifar10Files(ImageSource):
+    """One split of CIFAR-10's files as an image source, decoded one batch file at a time, so that
+    loading it never holds more than one file's images (10,000). Build one with
+    ``load_cifar10_files``; it loads in the files' order (CIFAR-10's batches are shuffled)."""
+
+    what: ClassVar[str] = "CIFAR-10's files"
+    image_shape: ClassVar[tuple[int, int, int]] = (_CIFAR_SIDE, _CIFAR_SIDE, 3)
+    path: Path
+    names: tuple[str, ...]  # the batch files, in order
+    class_names: tuple[str, ...]
+    file_labels: tuple[np.ndarray, ...] = field(repr=False)  # each file's labels
+
+    def __len__(self) -> int:
+        return sum(len(y) for y in self.file_labels)
+
+    @property
+    def labels(self) -> np.ndarray:
+        return np.concatenate(self.file_labels)
+
+    def batches(
+        self, batch_size: int | None = None, *, progress: bool = True
+    ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The images file after file, at most ``batch_size`` at a time (default: a whole file)."""
+        with _reading(self.path) as read:
+            for name in self.names:
+                x, y = _cifar_batch(*read(name), len(self.class_names))
+                step = len(y) if batch_size is None else int(batch_size)
+                for start in range(0, len(y), step):
+                    yield x[start : start + step], y[start : start + step]
+
+
+def load_cifar10_files(path: str | os.PathLike[str], split: str = "train") -> Cifar10Files:
+    """CIFAR-10's ``split`` ("train": the five data batches, or "test") as an image source, for
+    ``load_images``: read like ``load_cifar10``, but only the labels are kept until it loads."""
+    if split not in ("train", "test"):
+        raise DatasetError(f"split must be 'train' or 'test', not {split!r}")
+    path = Path(path)
+    names = _CIFAR_TRAIN if split == "train" else ("test_batch",)
+    with _reading(path) as read:
+        class_names = _read_class_names(read)
+        labels = tuple(_cifar_batch(*read(name), len(class_names))[1] for name in names)
+    return Cifar10Files(path, names, class_names, labels)
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[Callable[[str], tuple[str, bytes]]]:
+    """``_cifar_files``, with an archive or file that cannot be read told as a DatasetError."""
+    try:
+        with _cifar_files(path) as read:
+            yield read
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        raise DatasetError(f"{path}: cannot read the CIFAR-10 files ({exc})") from exc
+
+
+def _read_class_names(read: Callable[[str], tuple[str, bytes]]) -> tuple[str, ...]:
+    meta_source, meta_raw = read("batches.meta")
+    return _cifar_class_names(_unpickle(meta_source, meta_raw), meta_source)
 
 
 @contextmanager
