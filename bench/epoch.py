@@ -40,9 +40,9 @@ def worker(threads: int) -> int:
     """Answer ``{"variant", "batch", "metrics"}`` lines with the seconds of one epoch, TF on
     ``threads``."""
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    from gpcnn.data.datasets import load_fashion_mnist
+    from gpcnn.datasets import load_fashion_mnist
     from gpcnn.kernel import segment
-    from gpcnn.study.models import small_cnn
+    from gpcnn.models import small_cnn
 
     keras = segment.keras_module(threads=threads)
     data = load_fashion_mnist()
@@ -134,10 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args.worker)
 
     import gpcnn
-    from gpcnn.data.datasets import load_fashion_mnist
+    from gpcnn.datasets import load_fashion_mnist
     from gpcnn.estimator import GreenplumCNN
     from gpcnn.fit import runs
-    from gpcnn.study.models import small_cnn
+    from gpcnn.models import small_cnn
 
     db = gpcnn.connect()
     gpcnn.install(db)

@@ -29,7 +29,8 @@ import numpy as np
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn.data import datasets, tables
+from gpcnn import datasets
+from gpcnn.data import tables
 from gpcnn.engines.copying import copy
 
 SCHEMA = "gpcnn_bench"
@@ -39,12 +40,12 @@ TARGET_RATIO = 0.5
 
 def _raw_copy_bytes(x: np.ndarray, y: np.ndarray, segments: int, seed: int) -> bytes:
     """The exact binary COPY stream load_images sends for the same data."""
-    x, y, _ = tables.validate_images(x, y)
-    order = np.random.default_rng(seed).permutation(len(x))
-    size = tables.default_buffer_size(len(x), segments, x.shape[1:])
-    buffers = tables.plan_buffers(len(x), list(range(segments)), size)
-    ids = tables.validate_ids(None, len(x))
-    return b"".join(tables._copy_stream(tables._array_rows(buffers, x, y, ids, order)))
+    images = tables.ArrayImages(x, y)
+    order = np.random.default_rng(seed).permutation(len(images))
+    size = tables.default_buffer_size(len(images), segments, images.image_shape)
+    buffers = tables.plan_buffers(len(images), list(range(segments)), size)
+    ids = tables.validate_ids(None, len(images))
+    return b"".join(tables.copy_stream(tables.source_rows(images, buffers, order, ids)))
 
 
 def _checkpoint(engine: sa.Engine) -> None:

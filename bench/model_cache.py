@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 import gpcnn
-from gpcnn.data.datasets import load_fashion_mnist
+from gpcnn.datasets import load_fashion_mnist
 from gpcnn.fit import compiling, direct_prediction
 from gpcnn.kernel import segment
-from gpcnn.study.models import small_cnn
+from gpcnn.models import small_cnn
 
 SCHEMA = "gpcnn_bench_model_cache"
 SHIPPED = compiling.compile_options

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np
 
 import gpcnn
-from gpcnn.data import datasets
+from gpcnn import datasets
 from gpcnn.engines.catalog import relation_exists
 from gpcnn.engines.copying import copy
 from gpcnn.engines.packing import PackingSource

@@ -43,9 +43,9 @@ def worker(threads: int) -> int:
     """Answer ``{"batch"}`` lines (with ``"half"``: of one half) with the seconds of one
     ``model.predict`` of the test images."""
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-    from gpcnn.data.datasets import load_fashion_mnist
+    from gpcnn.datasets import load_fashion_mnist
     from gpcnn.kernel import segment
-    from gpcnn.study.models import small_cnn
+    from gpcnn.models import small_cnn
 
     keras = segment.keras_module(threads=threads)
     x = segment.to_model_input(load_fashion_mnist().x_test[..., None])
@@ -63,9 +63,9 @@ def worker(threads: int) -> int:
 
 def rounds(db, repeats: int, batch: int) -> dict:
     import gpcnn
-    from gpcnn.data.datasets import load_fashion_mnist
+    from gpcnn.datasets import load_fashion_mnist
     from gpcnn.kernel import segment
-    from gpcnn.study.models import small_cnn
+    from gpcnn.models import small_cnn
 
     segment.keras_module().utils.set_random_seed(0)
     model = small_cnn()

@@ -25,10 +25,9 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import gpcnn
-from gpcnn import GreenplumCNN
-from gpcnn.data.datasets import load_fashion_mnist
+from gpcnn import GreenplumCNN, models
+from gpcnn.datasets import load_fashion_mnist
 from gpcnn.kernel import segment, wire
-from gpcnn.study import models
 
 keras = segment.keras_module(threads=1)
 

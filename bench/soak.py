@@ -50,7 +50,7 @@ def main() -> None:
     import gpcnn
     from gpcnn.engines.sessions import application_name
     from gpcnn.kernel import segment
-    from gpcnn.study.models import small_cnn
+    from gpcnn.models import small_cnn
 
     keras = segment.keras_module(threads=1)
     db = gpcnn.connect(None, schema=SCHEMA)

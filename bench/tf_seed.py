@@ -26,8 +26,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
+from gpcnn import models
 from gpcnn.kernel import segment, wire
-from gpcnn.study import models
 
 keras = segment.keras_module(threads=1)
 

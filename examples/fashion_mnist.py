@@ -17,10 +17,9 @@ import argparse
 import csv
 
 import gpcnn
-from gpcnn.data.datasets import load_fashion_mnist
-from gpcnn.estimator import GreenplumCNN
-from gpcnn.kernel.segment import keras_module
-from gpcnn.study.models import small_cnn
+from gpcnn import GreenplumCNN
+from gpcnn.datasets import load_fashion_mnist
+from gpcnn.models import keras_module, small_cnn
 
 TRAIN_TABLE = "fashion_mnist_train"
 TEST_TABLE = "fashion_mnist_test"

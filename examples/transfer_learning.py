@@ -24,9 +24,9 @@ import numpy as np
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn.data.datasets import load_fashion_mnist
-from gpcnn.estimator import GreenplumCNN
-from gpcnn.kernel.segment import keras_module, to_model_input
+from gpcnn import GreenplumCNN
+from gpcnn.datasets import load_fashion_mnist
+from gpcnn.models import keras_module, to_model_input
 
 NAME = "fm-transfer"
 

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gpcnn.data.datasets import (
+from gpcnn.datasets import (
     FASHION_MNIST_CLASSES,
     FASHION_MNIST_DIR,
     DatasetError,
     ImageFolder,
     load_cifar10,
+    load_cifar10_files,
     load_fashion_mnist,
     load_image_folder,
     load_mnist,
@@ -237,15 +238,38 @@ def assert_cifar(dataset, files: dict[str, bytes]) -> None:
     assert dataset.class_names == tuple(n.decode() for n in CIFAR_NAMES)
 
 
+def write_cifar(tmp_path: Path, files: dict[str, bytes], where: str) -> Path:
+    """The files as the tar.gz, its batches directory, or the directory holding that one."""
+    if where == "tar_gz":
+        return write_cifar_tar(tmp_path / "cifar-10-python.tar.gz", files)
+    directory = write_cifar_dir(tmp_path, files)
+    return directory if where == "batches_dir" else tmp_path
+
+
 @pytest.mark.parametrize("where", ["batches_dir", "parent_dir", "tar_gz"])
 def test_cifar10_round_trip(tmp_path, where):
     files = cifar_files()
-    if where == "tar_gz":
-        path = write_cifar_tar(tmp_path / "cifar-10-python.tar.gz", files)
-    else:
-        directory = write_cifar_dir(tmp_path, files)
-        path = directory if where == "batches_dir" else tmp_path
-    assert_cifar(load_cifar10(path), files)
+    assert_cifar(load_cifar10(write_cifar(tmp_path, files, where)), files)
+
+
+@pytest.mark.parametrize("where", ["batches_dir", "tar_gz"])
+def test_cifar10_files_as_a_source_read_the_same_images_one_file_at_a_time(tmp_path, where):
+    path = write_cifar(tmp_path, cifar_files(), where)
+    arrays = load_cifar10(path)
+    for split, x, y in (
+        ("train", arrays.x_train, arrays.y_train),
+        ("test", arrays.x_test, arrays.y_test),
+    ):
+        source = load_cifar10_files(path, split)
+        assert len(source) == len(y) and source.image_shape == (32, 32, 3)
+        assert source.class_names == arrays.class_names
+        np.testing.assert_array_equal(source.labels, y)
+        batches = list(source.batches(7, progress=False))
+        assert max(len(b) for b, _ in batches) == 7
+        np.testing.assert_array_equal(np.concatenate([b for b, _ in batches]), x)
+        np.testing.assert_array_equal(np.concatenate([c for _, c in batches]), y)
+    with pytest.raises(DatasetError, match="split must be"):
+        load_cifar10_files(path, "validation")
 
 
 def test_cifar10_missing_batch(tmp_path):

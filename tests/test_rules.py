@@ -645,7 +645,7 @@ def test_fedadam_defaults():
 
 
 def test_the_groupnorm_cnn_is_the_batchnorm_cnn_without_moving_statistics():
-    from gpcnn.study import models
+    from gpcnn import models
 
     bn, gn = models.build("bn-cnn"), models.build("gn-cnn")
     kinds = [type(layer).__name__ for layer in gn.layers]

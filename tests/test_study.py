@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import sqlalchemy as sa
 
+from gpcnn import models
 from gpcnn.fit import runs, training
-from gpcnn.study import experiments, models, plots, report
+from gpcnn.study import experiments, plots, report
 from gpcnn.tools import cli
 
 

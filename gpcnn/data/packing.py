@@ -14,25 +14,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpcnn.data.tables import (
-    ImageTable,
-    TableError,
-    TableName,
-    begin_swap,
-    checked_name,
-    default_buffer_size,
-    describe,
-    finish_swap,
-    plan_buffers,
-    resolved_name,
-)
+from gpcnn.data.dealing import default_buffer_size, plan_buffers
+from gpcnn.data.loading import begin_swap, finish_swap
+from gpcnn.data.table_catalog import ImageTable, describe, resolved_name
+from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, DatabaseError, connect
+from gpcnn.engines.identifiers import TableError, TableName, checked_name
 from gpcnn.engines.install import ensure_installed
 from gpcnn.engines.packing import ID_TYPES, IMAGE_TYPES, PackingSource, column_types
 
 
+@database_argument
 def pack_table(
-    db: Database | str | None,
+    database: Database | str | None,
     source,
     target,
     *,
@@ -58,7 +52,7 @@ def pack_table(
 
     Parameters
     ----------
-    db : Database, str or None
+    database : Database, str or None
         A handle from ``gpcnn.connect``, a URL, or None for the default database.
     source : str or (schema, table)
         A table with one row per image, already in the database.
@@ -94,7 +88,7 @@ def pack_table(
     >>> gpcnn.pack_table(db, "raw.images", "fm.packed", x_column="pixels", y_column="label",
     ...                  id_column="image_id", segments=4)
     """
-    db = connect(db)
+    db = connect(database)
     ensure_installed(db)  # the packing runs gpcnn's functions on the segments
     name = checked_name(target)
     with db.connect() as conn:

@@ -10,7 +10,8 @@ import uuid
 
 import numpy as np
 
-from gpcnn.data.tables import drop_table, list_tables, load_images
+from gpcnn.data.loading import load_images
+from gpcnn.data.table_catalog import drop_table, list_tables
 from gpcnn.engines import Database
 
 SCHEMA_SUFFIX = "_staging"

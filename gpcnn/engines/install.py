@@ -15,6 +15,7 @@ from importlib import resources
 import sqlalchemy as sa
 
 from gpcnn import kernel
+from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect, functions, migrations, roles
 from gpcnn.engines.catalog import Catalog
 from gpcnn.version import __version__
@@ -77,14 +78,15 @@ def ensure_plpython(conn: sa.Connection) -> None:
         ) from e
 
 
-def install(db: Database | str | None = None) -> str:
+@database_argument
+def install(database: Database | str | None = None) -> str:
     """Create or upgrade gpcnn's functions and tables in the handle's schema, and the role
     ``<schema>_user`` that lets ordinary users run them (``gpcnn.engines.roles``), in one
     transaction; returns the installed version.
 
     Parameters
     ----------
-    db : Database, str or None
+    database : Database, str or None
         A handle from ``gpcnn.connect`` (its schema is the one installed into), a URL, or None for
         the default database. Needs a superuser: ``plpython3u`` is untrusted.
 
@@ -105,7 +107,7 @@ def install(db: Database | str | None = None) -> str:
     >>> gpcnn.install(gpcnn.connect(schema="gpcnn"))  # doctest: +SKIP
     '0.2.0+...'
     """
-    db = connect(db)
+    db = connect(database)
     backend = db.backend
     with db.begin() as conn:
         if not roles.is_superuser(conn):
@@ -124,11 +126,12 @@ def install(db: Database | str | None = None) -> str:
     return bundle_id()
 
 
-def uninstall(db: Database | str | None = None, *, keep_data: bool = False) -> None:
+@database_argument
+def uninstall(database: Database | str | None = None, *, keep_data: bool = False) -> None:
     """Remove gpcnn's functions and aggregates and, unless ``keep_data``, its tables (runs and the
     catalog; image tables themselves stay, in their own schemas). The schema goes too if empty,
     and then the role ``<schema>_user`` unless it still has privileges elsewhere."""
-    db = connect(db)
+    db = connect(database)
     backend = db.backend
     with db.begin() as conn:
         functions.drop_existing(conn, db.schema)

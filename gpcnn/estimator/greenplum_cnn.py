@@ -124,7 +124,7 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     Examples
     --------
     >>> import gpcnn
-    >>> from gpcnn.study.models import small_cnn
+    >>> from gpcnn.models import small_cnn
     >>> est = GreenplumCNN(small_cnn(), iterations=10, merge="bmuf", seed=0,
     ...                    database=gpcnn.connect())
     >>> est.fit("fm.train").score("fm.test")  # doctest: +SKIP

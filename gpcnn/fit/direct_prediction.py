@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
 from gpcnn.fit import compiling, loop
 from gpcnn.fit.model_library import keras_model
@@ -17,8 +18,9 @@ from gpcnn.kernel import wire
 from gpcnn.kernel.protocol import SegmentOptions
 
 
+@database_argument
 def predict(
-    db: Database | str | None,
+    database: Database | str | None,
     model: Any,
     table,
     *,
@@ -39,7 +41,7 @@ def predict(
             f"pred_type={pred_type!r} writes a table: pass output_table=…, or use 'response' "
             "or 'prob' to get arrays back"
         )
-    db = connect(db)
+    db = connect(database)
     model = keras_model(db, model)
     info = loop.described(db, table)
     check_model_fits(model, info)

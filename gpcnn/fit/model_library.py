@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
 from gpcnn.engines.library import Library, StoredModel
 from gpcnn.kernel import wire
@@ -35,8 +36,9 @@ def _checked_name(name: str) -> str:
     return name
 
 
+@database_argument
 def store_model(
-    db: Database | str | None,
+    database: Database | str | None,
     name: str,
     model: Any,
     *,
@@ -51,16 +53,17 @@ def store_model(
     model_json = model.to_json()
     wire.manifest(_safe(model_json, name))  # refuses mixed precision
     vector = wire.flatten(model.get_weights()) if weights else None
-    db = connect(db)
+    db = connect(database)
     with db.begin() as conn:
         Library(conn, db.backend).store(name, model_json, vector, description, replace)
     return name
 
 
-def list_models(db: Database | str | None = None) -> list[dict]:
+@database_argument
+def list_models(database: Database | str | None = None) -> list[dict]:
     """One dict per stored model: name, description, whether weights are stored, their bytes,
     the number of weights, when and by which gpcnn version it was stored."""
-    db = connect(db)
+    db = connect(database)
     with db.begin() as conn:
         entries = Library(conn, db.backend).entries()
     return [_summary(e) for e in entries]
@@ -77,9 +80,10 @@ def _summary(entry: StoredModel) -> dict:
     }
 
 
-def load_model(db: Database | str | None, name: str) -> Any:
+@database_argument
+def load_model(database: Database | str | None, name: str) -> Any:
     """The stored model, rebuilt in safe mode (uncompiled), with its stored weights if any."""
-    db = connect(db)
+    db = connect(database)
     with db.begin() as conn:
         entry = Library(conn, db.backend).load(_checked_name(name))
     if entry is None:
@@ -93,9 +97,10 @@ def load_model(db: Database | str | None, name: str) -> Any:
     return model
 
 
-def delete_model(db: Database | str | None, name: str) -> bool:
+@database_argument
+def delete_model(database: Database | str | None, name: str) -> bool:
     """Delete a stored model and its weights; whether it was there."""
-    db = connect(db)
+    db = connect(database)
     with db.begin() as conn:
         return Library(conn, db.backend).delete(_checked_name(name))
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
 from gpcnn.engines.catalog import Catalog, SegmentStart, reclaim
 from gpcnn.engines.migrations import result_key
@@ -94,11 +95,12 @@ def find_unfinished(db: Database | str | None, table: str, params: dict) -> int 
 # -- lifecycle ----------------------------------------------------------------------------------
 
 
-def list_runs(db: Database | str | None = None, run_ids=None) -> list[dict]:
+@database_argument
+def list_runs(database: Database | str | None = None, run_ids=None) -> list[dict]:
     """One dict per run, like MADlib's summary tables: id, table, status, error, merge rule,
     iterations and epochs stored, the last and best validation accuracy and loss (None without
     validation) and the last training loss, checkpoints and bytes stored, times."""
-    db = connect(db)
+    db = connect(database)
     with db.begin() as conn:
         catalog = Catalog(conn, db.backend)
         catalog.ensure_tables()
@@ -140,10 +142,11 @@ def progress(history: list[dict]) -> dict:
     }
 
 
-def show_run(db: Database | str | None, run_id: int) -> dict:
+@database_argument
+def show_run(database: Database | str | None, run_id: int) -> dict:
     """The run's summary, its parameters, what it stores (per part: the iterations that keep
     it, chunks and bytes) and its history."""
-    db = connect(db)
+    db = connect(database)
     found = list_runs(db, [run_id])
     if not found:
         raise ValueError(f"no run {run_id} in {db.schema}.runs")
@@ -160,10 +163,11 @@ def show_run(db: Database | str | None, run_id: int) -> dict:
     return {**found[0], "params": params, "stored": stored, "history": history}
 
 
-def delete_runs(db: Database | str | None, run_ids) -> int:
+@database_argument
+def delete_runs(database: Database | str | None, run_ids) -> int:
     """Delete runs with their iterations and checkpoints, in one transaction, and reclaim the
     space of their checkpoints at once (``catalog.reclaim``)."""
-    db = connect(db)
+    db = connect(database)
     with db.begin() as conn:
         catalog = Catalog(conn, db.backend)
         catalog.ensure_tables()

@@ -24,15 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
-from gpcnn.data import datasets
+from gpcnn.data import by_name
 from gpcnn.data.tables import TableError, describe, load_images, read_images
 from gpcnn.engines import Database
 from gpcnn.estimator import GreenplumCNN
+from gpcnn.estimator.named_models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.fit import runs
 from gpcnn.fit.rules import check_options
 from gpcnn.kernel import keras_setup, segment, wire
 from gpcnn.study import report
-from gpcnn.study.models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.study.specs import RunSpec, merges_in
 
 RULES = (
@@ -172,7 +172,7 @@ def _tables(db: Database, spec: RunSpec, path, data_cache: dict) -> tuple[str, s
         except TableError:
             pass
         if spec.dataset not in data_cache:
-            data_cache[spec.dataset] = datasets.load_by_name(spec.dataset, path)[0]
+            data_cache[spec.dataset] = by_name.load_by_name(spec.dataset, path)[0]
         d = data_cache[spec.dataset]
         x, y = (d.x_train, d.y_train) if split == "train" else (d.x_test, d.y_test)
         skewed = split == "train" and spec.skew is not None

@@ -20,10 +20,10 @@ from pathlib import Path
 from gpcnn.data.tables import describe
 from gpcnn.engines import Database
 from gpcnn.estimator import fit_multiple
+from gpcnn.estimator.named_models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.kernel import keras_setup
 from gpcnn.study import report
 from gpcnn.study.experiments import RULES, _tables, run_one
-from gpcnn.study.models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.study.specs import RunSpec
 
 HOPPER = "hopper"

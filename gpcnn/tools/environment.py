@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, DatabaseError, connect
 from gpcnn.engines.install import InstallError, ensure_installed, ensure_plpython
 
@@ -80,9 +81,10 @@ class EnvironmentReport:
         return lines
 
 
-def check_environment(db: Database | str | None = None) -> EnvironmentReport:
+@database_argument
+def check_environment(database: Database | str | None = None) -> EnvironmentReport:
     """Probe every segment's Python; raise one actionable error for each missing piece."""
-    db = connect(db)
+    db = connect(database)
     with db.begin() as conn:
         ensure_plpython(conn)
     installed = ensure_installed(db)

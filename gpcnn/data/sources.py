@@ -1,0 +1,142 @@
+"""The image source: what ``load_images`` reads, whatever holds the images (arrays, a folder, files).
+
+A reader is one class implementing ``ImageSource``: its image shape, class names, labels and count,
+and ``batches`` that decode the images in order. ``ArrayImages`` is the source of images already in
+memory; ``as_source`` turns ``load_images``'s input into a source, once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from gpcnn.data.dealing import deal, validate_images
+from gpcnn.engines.identifiers import TableError
+
+Batch = tuple[np.ndarray, np.ndarray]  # uint8 images (n, H, W, C) and their integer labels
+
+
+class ImageSource(ABC):
+    """Labelled images of one shape, read in order batch by batch.
+
+    A subclass gives ``image_shape`` (H, W, C) and ``class_names`` (None: unnamed classes, then
+    ``num_classes`` too), and implements ``__len__``, ``labels`` and ``batches``. It may name its
+    images (``ids``) and their files (``files``). A source read front to back is taken to be in
+    random order already: it loads IID, in its own order. A source that can read any image at once
+    (``ArrayImages``) overrides ``deal`` and ``pieces`` to deal a seeded shuffle instead.
+    """
+
+    what: ClassVar[str] = "an image source"  # for messages
+    image_shape: tuple[int, ...]
+    class_names: tuple[str, ...] | None
+    files: Sequence[tuple[Path, int]] | None = None  # every image's (file, label), if it has one
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def labels(self) -> np.ndarray:
+        """Every image's class index, in the source's order."""
+
+    @abstractmethod
+    def batches(self, batch_size: int | None = None, *, progress: bool = True) -> Iterator[Batch]:
+        """The images and labels in order, at most ``batch_size`` at a time (None: the source's)."""
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    @property
+    def ids(self) -> np.ndarray | None:
+        """Every image's id, or None for its position."""
+        return None
+
+    def deal(
+        self, segments: int, seed: int, distribution: str = "iid", skew: float | None = None
+    ) -> tuple[np.ndarray, list[int]]:
+        """The order in which the images go to the segments, and each segment's count: here the
+        source's own order in equal shards (``seed`` does not apply)."""
+        if distribution != "iid":
+            raise TableError(f"{self.what} loads IID (its files are shuffled): no label-skew")
+        order = np.arange(len(self))
+        return order, [len(s) for s in np.array_split(order, segments)]
+
+    def pieces(self, order: np.ndarray, sizes: Sequence[int], *, progress: bool) -> Iterator[Batch]:
+        """Consecutive pieces of ``sizes`` images, in ``order`` (``deal``'s: here the source's own),
+        cut from the batches: at most one batch and one piece are in memory at a time."""
+        pending_x: list[np.ndarray] = []
+        pending_y: list[np.ndarray] = []
+        have = 0
+        batches = self.batches(progress=progress)
+        for need in sizes:
+            while have < need:
+                cx, cy = next(batches)
+                pending_x.append(np.asarray(cx, np.uint8))
+                pending_y.append(np.asarray(cy))
+                have += len(cy)
+            x, y = np.concatenate(pending_x), np.concatenate(pending_y)
+            pending_x, pending_y, have = [x[need:]], [y[need:]], have - need
+            yield x[:need], y[:need]
+
+
+class ArrayImages(ImageSource):
+    """Images held in memory: uint8 N×H×W×C and int32 labels, checked by ``validate_images``."""
+
+    what = "arrays"
+
+    def __init__(self, x, y, num_classes: int | None = None, class_names=None) -> None:
+        if class_names is not None and num_classes is not None and num_classes != len(class_names):
+            raise TableError(f"{len(class_names)} class names for {num_classes} classes")
+        names = None if class_names is None else tuple(str(c) for c in class_names)
+        self.x, self.y, self._classes = validate_images(
+            x, y, num_classes if names is None else len(names), stacklevel=5
+        )
+        self.image_shape = self.x.shape[1:]
+        self.class_names = names
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.y
+
+    @property
+    def num_classes(self) -> int:
+        return self._classes
+
+    def batches(self, batch_size: int | None = None, *, progress: bool = True) -> Iterator[Batch]:
+        step = len(self) if batch_size is None else int(batch_size)
+        for start in range(0, len(self), step):
+            yield self.x[start : start + step], self.y[start : start + step]
+
+    def deal(
+        self, segments: int, seed: int, distribution: str = "iid", skew: float | None = None
+    ) -> tuple[np.ndarray, list[int]]:
+        """A seeded shuffle dealt IID or with label skew (``dealing.deal``)."""
+        return deal(self.y, segments, seed, distribution, skew)
+
+    def pieces(self, order: np.ndarray, sizes: Sequence[int], *, progress: bool) -> Iterator[Batch]:
+        """Each piece's images gathered through ``order`` into one scratch array, so that loading
+        never materialises a shuffled copy of the whole data set (a piece is valid until the next
+        one)."""
+        scratch = np.empty((max(sizes), *self.x.shape[1:]), dtype=self.x.dtype)
+        start = 0
+        for n in sizes:
+            idx = order[start : start + n]
+            start += n
+            yield np.take(self.x, idx, axis=0, out=scratch[:n], mode="clip"), self.y[idx]
+
+
+def as_source(x, y=None, *, num_classes: int | None = None, class_names=None) -> ImageSource:
+    """``x`` itself when it is an image source (which carries its labels), else ``ArrayImages``."""
+    if isinstance(x, ImageSource):
+        if y is not None:
+            raise TableError(f"{x.what} carries its labels: pass y=None")
+        return x
+    return ArrayImages(x, y, num_classes, class_names)

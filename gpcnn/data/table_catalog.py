@@ -1,0 +1,149 @@
+"""The image tables of gpcnn's catalog: what each holds (``ImageTable``); describe, list and drop
+them; the buffers of one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpcnn.deprecation import database_argument
+from gpcnn.engines import Connection, Database, connect
+from gpcnn.engines.catalog import Catalog, current_schema, relation_exists
+from gpcnn.engines.identifiers import TableError, TableName
+
+IMAGE_LAYOUT = 2  # 1: gpcnn 0.1, without ids
+
+
+@dataclass(frozen=True)
+class ImageTable:
+    """A gpcnn image table, as its catalog row describes it."""
+
+    table: TableName
+    image_shape: tuple[int, ...]
+    num_classes: int
+    class_names: tuple[str, ...]
+    keys: tuple[int, ...]
+    images_per_segment: tuple[int, ...]
+    buffer_size: int
+    source: str | None
+    layout: int = IMAGE_LAYOUT
+    distribution: str = "iid"
+    skew: float | None = None  # label-skew's Dirichlet alpha
+    class_counts: tuple[tuple[int, ...], ...] | None = None  # per segment, per class
+
+    def require_ids(self, what: str) -> None:
+        """Refuse, with what to do, a table loaded before images had ids."""
+        if self.layout < 2:
+            raise TableError(
+                f"{self.table} was loaded by gpcnn 0.1, without image ids, so gpcnn cannot "
+                f"{what}: reload it (load_images(..., replace=True) or `gpcnn load --replace`); "
+                "training and evaluation work on it as it is"
+            )
+
+    @property
+    def segments(self) -> int:
+        return len(self.keys)
+
+    @property
+    def images(self) -> int:
+        return sum(self.images_per_segment)
+
+
+def resolved_name(conn: Connection, table: TableName) -> TableName:
+    return TableName(table.schema or current_schema(conn), table.name)
+
+
+def _from_row(name: TableName, row) -> ImageTable:
+    return ImageTable(
+        table=name,
+        image_shape=tuple(row.image_shape),
+        num_classes=row.num_classes,
+        class_names=tuple(row.class_names or ()),
+        keys=tuple(row.dist_keys),
+        images_per_segment=tuple(int(c) for c in row.images_per_segment),
+        buffer_size=row.buffer_size,
+        source=row.source,
+        layout=row.layout,
+        distribution=row.distribution,
+        skew=row.skew,
+        class_counts=_per_segment(row.class_counts, len(row.dist_keys)),
+    )
+
+
+def _per_segment(flat, segments: int):
+    if flat is None:
+        return None
+    width = len(flat) // segments
+    return tuple(tuple(int(v) for v in flat[k * width : (k + 1) * width]) for k in range(segments))
+
+
+def _entry(conn: Connection, backend, name: TableName):
+    """The name with its schema, its catalog row (None if none) and whether the table exists."""
+    name = resolved_name(conn, name)
+    row = Catalog(conn, backend).image_table(name.schema, name.name)
+    return name, row, relation_exists(conn, name.sql(backend))
+
+
+@database_argument
+def describe(database: Database | str | None, table) -> ImageTable:
+    """The catalog entry of an image table; TableError if it is not one."""
+    db = connect(database)
+    name = TableName.parse(table)
+    with db.connect() as conn:
+        name, row, exists = _entry(conn, db.backend, name)
+        if row is not None and not exists:
+            raise TableError(
+                f"{name} is in gpcnn's catalog but the table is gone (dropped by hand?): "
+                f"`gpcnn tables drop {name}` or gpcnn.drop_table(db, {str(name)!r}) removes the entry"
+            )
+    if row is None:
+        raise TableError(
+            f"{name} is not a gpcnn image table (no entry in {db.schema}.image_tables): "
+            "load it with gpcnn.load_images or `gpcnn load`"
+        )
+    return _from_row(name, row)
+
+
+@database_argument
+def list_tables(database: Database | str | None = None) -> list[ImageTable]:
+    """Every image table of the catalog; entries whose table was dropped by hand are removed."""
+    db = connect(database)
+    backend = db.backend
+    found = []
+    with db.begin() as conn:
+        for row in Catalog(conn, backend).image_tables():
+            name = TableName(row.table_schema, row.table_name)
+            if relation_exists(conn, name.sql(backend)):
+                found.append(_from_row(name, row))
+            else:
+                Catalog(conn, backend).delete_image_table(name.schema, name.name)
+    return found
+
+
+@database_argument
+def drop_table(database: Database | str | None, table, *, missing_ok: bool = False) -> bool:
+    """Drop an image table with its parts and its catalog entry, in one transaction. A table
+    dropped by hand has its entry removed. False when there was nothing to drop."""
+    db = connect(database)
+    backend = db.backend
+    name = TableName.parse(table)
+    with db.begin() as conn:
+        name, row, exists = _entry(conn, backend, name)
+        if row is None:
+            if exists:
+                raise TableError(f"{name} is not a gpcnn image table: gpcnn drops only its own")
+            if missing_ok:
+                return False
+            raise TableError(f"no image table {name}")
+        if exists:
+            conn.exec_driver_sql(backend.drop_ddl(name))
+        Catalog(conn, backend).delete_image_table(name.schema, name.name)
+    return True
+
+
+def buffer_counts(db: Database, info: ImageTable) -> dict[int, list[tuple[int, int]]]:
+    """Each key's (buffer_id, images) in training order."""
+    buffers: dict[int, list[tuple[int, int]]] = {k: [] for k in info.keys}
+    with db.connect() as conn:
+        for key, buffer_id, n in conn.exec_driver_sql(db.backend.buffers_sql(info.table)):
+            buffers[key].append((buffer_id, n))
+    return buffers

@@ -1,0 +1,107 @@
+"""Table names: parse ``[schema.]table`` as SQL reads it, check its length, quote it for a backend.
+
+Quoting itself is ``Backend.quote`` (the dialect's); this module only splits and joins names, so
+no user text reaches a statement unquoted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # only for the annotation: base.py's statements take TableName themselves
+    from gpcnn.engines.base import Backend
+
+STAGING_SUFFIX = "__gpcnn_staging"
+# A name leaves room for the staging suffix and a partition's within the 63-byte limit.
+MAX_NAME_BYTES = 63 - len(STAGING_SUFFIX) - len("__seg9999")
+
+
+class TableError(ValueError):
+    """Bad input for an image table, or a table that is not a gpcnn image table."""
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A table's schema (None: the connection's current schema) and name, both unquoted."""
+
+    schema: str | None
+    name: str
+
+    @classmethod
+    def parse(cls, table: str | Sequence[str] | TableName) -> TableName:
+        """``'s.t'``, ``'"My Schema"."a.b"'`` (quotes respected, unquoted folded to lower case), or
+        a ``(schema, table)`` tuple taken literally."""
+        if isinstance(table, TableName):
+            return table
+        if isinstance(table, tuple | list):
+            if len(table) != 2 or not all(isinstance(p, str) and p for p in table):
+                raise TableError(f"a table tuple must be (schema, table), got {table!r}")
+            return cls(table[0], table[1])
+        if not isinstance(table, str):
+            raise TableError(
+                f"expected a table name, got {type(table).__name__}: load arrays into a table "
+                "first with gpcnn.load_images(engine, table, x, y)"
+            )
+        parts = _split_identifier(table)
+        if len(parts) == 1:
+            return cls(None, parts[0])
+        if len(parts) == 2:
+            return cls(parts[0], parts[1])
+        raise TableError(f"{table!r}: expected [schema.]table")
+
+    def sql(self, backend: Backend) -> str:
+        name = backend.quote(self.name)
+        return f"{backend.quote(self.schema)}.{name}" if self.schema else name
+
+    def with_suffix(self, suffix: str) -> TableName:
+        return TableName(self.schema, self.name + suffix)
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.name}" if self.schema else self.name
+
+
+def checked_name(table) -> TableName:
+    """The parsed name of a table gpcnn will create: short enough for its suffixes."""
+    name = TableName.parse(table)
+    if len(name.name.encode()) > MAX_NAME_BYTES:
+        raise TableError(
+            f"table name {name.name!r} is longer than {MAX_NAME_BYTES} bytes: gpcnn appends "
+            "suffixes for staging and partitions within PostgreSQL's 63-byte identifier limit"
+        )
+    return name
+
+
+def _split_identifier(text: str) -> list[str]:
+    parts, i = [], 0
+    while True:
+        if i < len(text) and text[i] == '"':
+            j, name = i + 1, []
+            while True:
+                k = text.find('"', j)
+                if k < 0:
+                    raise TableError(f"{text!r}: unterminated quoted identifier")
+                name.append(text[j:k])
+                if text[k + 1 : k + 2] == '"':  # "" is a literal quote
+                    name.append('"')
+                    j = k + 2
+                    continue
+                i = k + 1
+                break
+            part = "".join(name)
+        else:
+            k = text.find(".", i)
+            k = len(text) if k < 0 else k
+            part = text[i:k].strip()
+            if not part or '"' in part:
+                raise TableError(f"{text!r} is not a valid table name")
+            part, i = part.lower(), k
+        if not part:
+            raise TableError(f"{text!r}: empty identifier")
+        parts.append(part)
+        if i == len(text):
+            return parts
+        if text[i] != ".":
+            raise TableError(f"{text!r}: unexpected {text[i]!r} after an identifier")
+        i += 1

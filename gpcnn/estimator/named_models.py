@@ -1,0 +1,116 @@
+"""Named CNNs and optimizers (``gpcnn.models``), for 28×28×1 and 32×32×3 images (any H×W×C works).
+
+- ``small-cnn``: 8 and 16 3×3 filters, ~5k weights on 28×28 — an epoch of 60,000 images in seconds.
+- ``bn-cnn``: conv32-BN-conv64-BN-dense128 with Dropout, ~226k weights on 28×28 — an ordinary
+  two-conv CNN of the kind that reaches 91–93 % on Fashion-MNIST.
+- ``gn-cnn``: ``bn-cnn`` with GroupNormalization (8 groups) in place of BatchNormalization
+  (Hsieh et al. 2020): it normalises each image on its own, so it has no moving statistics and no
+  batch's shard to lean on under label skew.
+- ``fedavg-cnn``: the MNIST CNN of McMahan et al. 2017 (FedAvg): 5×5 conv 32 (same) → 2×2 max-pool →
+  5×5 conv 64 (same) → 2×2 max-pool → dense 512 → softmax; 1,663,370 weights on 28×28.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gpcnn.kernel.keras_setup import keras_module
+
+
+def small_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
+    """Two small convolutions (8 and 16 3×3 filters) and a softmax: seconds per epoch."""
+    layers = keras_module().layers
+    return keras_module().Sequential(
+        [
+            keras_module().Input(tuple(input_shape)),
+            layers.Conv2D(8, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(16, 3, activation="relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dense(classes, activation="softmax"),
+        ]
+    )
+
+
+def bn_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
+    """BatchNorm after each convolution (its moving statistics are weights the merge averages
+    too), Dropout before and after the dense layer."""
+    return _two_conv(input_shape, classes, keras_module().layers.BatchNormalization)
+
+
+def gn_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
+    """``bn_cnn`` with GroupNorm (8 groups of channels): every weight trainable, nothing that
+    depends on a segment's batches."""
+    layers = keras_module().layers
+    return _two_conv(input_shape, classes, lambda: layers.GroupNormalization(groups=8))
+
+
+def _two_conv(input_shape: Sequence[int], classes: int, norm: Callable[[], Any]) -> Any:
+    keras = keras_module()
+    layers = keras.layers
+    return keras.Sequential(
+        [
+            keras.Input(tuple(input_shape)),
+            layers.Conv2D(32, 3, use_bias=False),
+            norm(),
+            layers.Activation("relu"),
+            layers.MaxPooling2D(),
+            layers.Conv2D(64, 3, use_bias=False),
+            norm(),
+            layers.Activation("relu"),
+            layers.MaxPooling2D(),
+            layers.Flatten(),
+            layers.Dropout(0.25),
+            layers.Dense(128, activation="relu"),
+            layers.Dropout(0.25),
+            layers.Dense(classes, activation="softmax"),
+        ]
+    )
+
+
+def fedavg_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
+    """The MNIST CNN of McMahan et al. 2017 (FedAvg)."""
+    keras = keras_module()
+    layers = keras.layers
+    return keras.Sequential(
+        [
+            keras.Input(tuple(input_shape)),
+            layers.Conv2D(32, 5, padding="same", activation="relu"),
+            layers.MaxPooling2D(2),
+            layers.Conv2D(64, 5, padding="same", activation="relu"),
+            layers.MaxPooling2D(2),
+            layers.Flatten(),
+            layers.Dense(512, activation="relu"),
+            layers.Dense(classes, activation="softmax"),
+        ]
+    )
+
+
+MODELS: dict[str, Callable[..., Any]] = {
+    "small-cnn": small_cnn,
+    "bn-cnn": bn_cnn,
+    "gn-cnn": gn_cnn,
+    "fedavg-cnn": fedavg_cnn,
+}
+
+
+def build(name: str, input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
+    """A new, uncompiled model by name."""
+    if name not in MODELS:
+        raise ValueError(f"model {name!r}: choose one of {', '.join(MODELS)}")
+    return MODELS[name](input_shape, classes)
+
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+
+
+def optimizer(name: str, learning_rate: float) -> Any:
+    """A study optimizer by name: plain SGD, SGD with momentum 0.9, or Adam."""
+    if name not in OPTIMIZERS:
+        raise ValueError(f"optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
+    optimizers = keras_module().optimizers
+    if name == "adam":
+        return optimizers.Adam(learning_rate)
+    return optimizers.SGD(learning_rate, momentum=0.9 if name == "momentum" else 0.0)
