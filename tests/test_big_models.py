@@ -27,7 +27,7 @@ from gpcnn.engines.transport import (
     chunk_rows,
 )
 from gpcnn.fit import runs
-from gpcnn.fit.training import Retention
+from gpcnn.fit.storage import Retention
 from gpcnn.kernel import segment, wire
 from gpcnn.tools import embedded
 
