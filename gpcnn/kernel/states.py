@@ -26,9 +26,8 @@ RESULT_MAGIC = b"GPCR"
 
 _inbox: dict[str, np.ndarray] = {}
 outbox: dict[str, np.ndarray] = {}  # a trained vector per token, for ``state_chunks``
-hooks: dict[
-    str, object
-] = {}  # a segment's ``local_steps.LocalSteps`` per token, first buffer to last
+# A segment's ``local_steps.LocalSteps`` per token, from its first buffer to its last.
+hooks: dict[str, object] = {}
 
 
 def pack(magic: bytes, header: dict, payload: bytes = b"") -> bytes:

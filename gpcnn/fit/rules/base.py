@@ -49,8 +49,7 @@ class MergeRule:
     per_segment: ClassVar[bool] = False  # needs each segment's model back, not only the average
     validates_segments: ClassVar[bool] = False  # the validation evaluates each segment's model too
     state_layout: ClassVar[str | None] = None  # what ``state()`` holds, in words (run summaries)
-    name: ClassVar[str] = ""  # its ``merge=`` name, and its name in words (``register_rule``)
-    words: ClassVar[str] = ""
+    words: ClassVar[str] = ""  # the rule in a figure's legend (``register_rule``)
     trainable: Vector  # bool mask over the flat vector
     center: Vector | None = field(default=None, init=False)
 

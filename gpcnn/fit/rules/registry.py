@@ -31,7 +31,7 @@ def register_rule(
     def register(cls: type[MergeRule]) -> type[MergeRule]:
         if name in RULES:
             raise ValueError(f'merge="{name}" is registered already, as {RULES[name].__name__}')
-        cls.name, cls.words = name, words or name
+        cls.words = words or name
         RULES[name] = cls
         return cls
 
