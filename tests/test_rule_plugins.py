@@ -27,7 +27,8 @@ from gpcnn.fit.rules import (
     register_rule,
     unregister_rule,
 )
-from gpcnn.kernel import averaging, segment, wire
+from gpcnn.kernel import averaging, local_steps, segment, wire
+from gpcnn.kernel.layout import OPTIMIZER, WEIGHTS, model_layout
 
 keras = segment.keras_module()
 
@@ -222,3 +223,18 @@ def test_a_plugin_rule_declares_its_options_and_their_ranges(registered):
         check_options("median", None, 2)
     with pytest.raises(ValueError, match="registered already"):
         register_rule("damped")(Damped)
+
+
+def test_the_layout_cuts_a_vector_into_the_parts_it_was_joined_from():
+    """Weights, the optimizer state whose size only the model knows, then the hooks' extras."""
+    layout = model_layout(3, local_steps.sends(["proximal", "correction"]))
+    assert layout.names() == [WEIGHTS, OPTIMIZER, "correction"]
+    parts = {WEIGHTS: np.arange(3), OPTIMIZER: np.arange(5) + 10, "correction": np.arange(3) + 20}
+    vector = layout.join(parts)
+    assert vector.dtype == np.float32 and vector.size == 11
+    for name, part in layout.split(vector).items():
+        np.testing.assert_array_equal(part, parts[name])
+    assert layout.sizes(6) == {WEIGHTS: 3, OPTIMIZER: 0, "correction": 3}  # no optimizer sent
+    assert local_steps.returns(["proximal", "correction"]) == ["controls"]
+    with pytest.raises(ValueError, match="no local step"):
+        local_steps.sends(["momentum"])
