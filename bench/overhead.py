@@ -75,7 +75,8 @@ from gpcnn.engines import dispatch, migrations, transfers
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.fit import runs, training
+from gpcnn.fit import runs, storage
+from gpcnn.fit.storage import IterationStore
 from gpcnn.fit.training import Training
 from gpcnn.kernel import segment, wire
 
@@ -110,9 +111,9 @@ for owner, name, part in (
     (dispatch, "per_key_result", "decode"),
     (dispatch, "merged_result", "decode"),
     (Catalog, "store_checkpoint", "store"),
-    (Training, "_streamed_checkpoint", "store"),  # what is left of a COPY that overlapped query
+    (IterationStore, "streamed", "store"),  # what is left of a COPY that overlapped query
     (Training, "_store", "row"),  # the row, the commit, the wait for the last retention delete
-    (training, "reclaim", "reclaim"),  # in the background, after the retention delete
+    (storage, "reclaim", "reclaim"),  # in the background, after the retention delete
 ):
     _timed(owner, name, part)
 

@@ -23,7 +23,7 @@ from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.copying import BinaryRows, chunk_rows
 from gpcnn.engines.streaming import AVERAGE_LEAD_CHUNKS, StreamingAverage
 from gpcnn.fit import runs
-from gpcnn.fit.training import Retention
+from gpcnn.fit.storage import Retention
 from gpcnn.kernel import segment, wire
 from gpcnn.tools import embedded
 

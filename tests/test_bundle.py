@@ -26,7 +26,7 @@ def test_the_bundle_is_every_module_of_the_kernel_and_nothing_else():
 
 def test_the_shipped_statements_carry_no_client_side_code():
     text = "\n".join(install.statements("gpcnn"))
-    rules_source = (PACKAGE / "fit" / "rules.py").read_text()
+    rules_source = (PACKAGE / "fit" / "rules" / "bmuf.py").read_text()
     assert "class BlockMomentum" in rules_source
     assert "class BlockMomentum" not in text
     assert "def weighted_average" in text  # the kernel's averaging is shipped
@@ -57,12 +57,14 @@ def unchanged(tmp_path_factory) -> str:
 
 
 @pytest.mark.parametrize(
-    "client_side", ["fit/rules.py", "fit/training.py", "estimator/greenplum_cnn.py"]
+    "client_side", ["fit/rules/bmuf.py", "fit/training.py", "estimator/greenplum_cnn.py"]
 )
 def test_a_client_side_change_keeps_the_bundle_id(tmp_path, unchanged, client_side):
     assert _bundle_id_of_copy(tmp_path, client_side) == unchanged
 
 
-@pytest.mark.parametrize("in_database", ["kernel/averaging.py", "kernel/segment.py"])
+@pytest.mark.parametrize(
+    "in_database", ["kernel/averaging.py", "kernel/segment.py", "kernel/local_steps.py"]
+)
 def test_a_change_to_the_kernel_changes_the_bundle_id(tmp_path, unchanged, in_database):
     assert _bundle_id_of_copy(tmp_path, in_database) != unchanged

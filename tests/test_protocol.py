@@ -58,3 +58,13 @@ def test_options_are_frozen():
     with pytest.raises(AttributeError):
         SegmentOptions(COMPILE, (1, 1, 1)).batch_size = 2  # type: ignore[misc]
     assert Transport(1, 2) == Transport(1, 2)
+
+
+def test_a_rules_local_steps_cross_in_order_and_a_step_that_changes_nothing_stays_out():
+    options = SegmentOptions(COMPILE, (2, 2, 1))
+    sent = options.with_local_steps({"proximal": 0.5, "correction": True})
+    assert sent.local_steps == (("proximal", 0.5), ("correction", True))
+    assert json.loads(sent.to_json())["local_steps"] == {"proximal": 0.5, "correction": True}
+    assert SegmentOptions.from_json(sent.to_json()) == sent
+    plain = options.with_local_steps({"proximal": 0.0})
+    assert plain == options and "local_steps" not in plain.to_dict()

@@ -659,7 +659,7 @@ def test_the_groupnorm_cnn_is_the_batchnorm_cnn_without_moving_statistics():
 
 
 def test_a_merges_per_epoch_schedule_repeats_its_last_count():
-    from gpcnn.fit.training import Schedule
+    from gpcnn.fit.schedule import Schedule
 
     cuts = {2: ["a0", "a1"], 1: ["b0"]}
     schedule = Schedule((2, 2, 1), cuts, epochs=1)

@@ -27,7 +27,7 @@ from gpcnn.data import by_name, copy_rows, tables
 from gpcnn.data.tables import TableError, TableName, describe, load_images, read_images
 from gpcnn.engines import GreenplumBackend, PostgresBackend
 from gpcnn.engines.greenplum import spread_keys
-from gpcnn.engines.transport import COPY_HEADER, COPY_TRAILER, CopyStream
+from gpcnn.engines.copying import COPY_HEADER, COPY_TRAILER, CopyStream
 from gpcnn.kernel.segment import decode_images, decode_labels
 from gpcnn.tools import cli
 

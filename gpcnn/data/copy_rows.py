@@ -9,7 +9,7 @@ import numpy as np
 
 from gpcnn.data.dealing import ID_DTYPE, Buffer
 from gpcnn.data.sources import ImageSource
-from gpcnn.engines.transport import COPY_HEADER, COPY_TRAILER
+from gpcnn.engines.copying import COPY_HEADER, COPY_TRAILER
 from gpcnn.kernel.segment import LABEL_DTYPE
 
 COPY_ROW_OVERHEAD = 2 + 3 * 8 + 3 * 4  # field count, 3 integers with their lengths, 3 lengths

@@ -27,7 +27,7 @@ from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
 from gpcnn.engines.catalog import Catalog, relation_exists
 from gpcnn.engines.identifiers import STAGING_SUFFIX, TableError, TableName, checked_name
-from gpcnn.engines.transport import CopyStream, copy
+from gpcnn.engines.copying import CopyStream, copy
 from gpcnn.kernel.segment import LABEL_DTYPE
 from gpcnn.version import __version__
 

@@ -26,11 +26,12 @@ from gpcnn.estimator import parameters
 from gpcnn.fit import compiling, loop, model_library, rules, runs
 from gpcnn.fit.errors import TrainingError
 from gpcnn.fit.predictions import probabilities, write_predictions
-from gpcnn.fit.training import evaluate_table, plan_slices
+from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.validation import (
     Validation,
     check_model_fits,
     evaluate_arrays,
+    evaluate_table,
     is_table,
     model_input,
     validation_source,
@@ -81,8 +82,8 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     merges_per_epoch : int or list of int, default 1
         Merges per pass over the data (each segment trains a slice of its rows in between); a
         list is each epoch's count, the last repeating (``[8, 8, 1]``: post-local SGD).
-    merge : {"average", "bmuf", "easgd", "none", "fedprox", "scaffold", "fedadam", "fedyogi"}
-        How the segment models are combined (``gpcnn.fit.rules``).
+    merge : {RULES}
+        How the segment models are combined (``gpcnn.fit.rules``, whose registry this list is).
     merge_options : dict, optional
         The rule's options (e.g. BMUF's ``eta``); also ``merge__<name>`` in ``set_params``.
     optimizer_state : {"reset", "local", "average"}, default "reset"
@@ -502,6 +503,12 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         for private in ("_sessions", "_staged", "_staged_finalizer"):
             state.pop(private, None)  # a copy does not own the tables its original staged
         return state
+
+
+# The rules as registered when the estimator is imported (``gpcnn.fit.rules.RULES``).
+GreenplumCNN.__doc__ = GreenplumCNN.__doc__.replace(
+    "{RULES}", "{" + ", ".join(f'"{name}"' for name in rules.RULES) + "}"
+)
 
 
 def _checked_input(X, y, *, at_least_two: bool):

@@ -35,7 +35,8 @@ from gpcnn.engines import Database
 from gpcnn.engines.catalog import Catalog
 from gpcnn.fit import runs
 from gpcnn.fit.errors import TrainingError, database_call
-from gpcnn.fit.training import DEFAULT_RETENTION, plan_slices
+from gpcnn.fit.schedule import plan_slices
+from gpcnn.fit.storage import DEFAULT_RETENTION
 from gpcnn.fit.validation import Validation
 from gpcnn.kernel.protocol import SegmentOptions
 

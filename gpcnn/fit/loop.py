@@ -21,7 +21,8 @@ from gpcnn.engines.install import ensure_installed
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.fit import rules, runs
 from gpcnn.fit.errors import TrainingError, database_call
-from gpcnn.fit.training import Slice, Training
+from gpcnn.fit.schedule import Slice
+from gpcnn.fit.training import Training
 from gpcnn.fit.validation import Validation
 from gpcnn.kernel import wire
 from gpcnn.kernel.keras_setup import keras_module

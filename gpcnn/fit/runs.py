@@ -159,7 +159,7 @@ def show_run(database: Database | str | None, run_id: int) -> dict:
         p.part: {"iterations": p.iterations, "chunks": p.chunks, "bytes": p.bytes} for p in parts
     }
     if "rule_state" in stored:  # what the merge rule keeps beyond the model, and its layout
-        stored["rule_state"]["layout"] = rules.STATE_LAYOUT.get(params.get("merge"))
+        stored["rule_state"]["layout"] = rules.state_layout(params.get("merge"))
     return {**found[0], "params": params, "stored": stored, "history": history}
 
 

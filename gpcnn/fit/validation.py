@@ -1,5 +1,6 @@
 """A fit's validation: which iterations are validated, and the loss and metrics of a model on a
-validation table (in the database) or on arrays (locally); whether a model fits a table."""
+validation table (in the database: ``evaluate_table``) or on arrays (locally); whether a model
+fits a table."""
 
 from __future__ import annotations
 
@@ -10,9 +11,35 @@ import numpy as np
 
 from gpcnn.data.tables import ImageTable, TableName, describe
 from gpcnn.engines import Database
-from gpcnn.fit.training import evaluate_table
+from gpcnn.engines.transfers import StoredStart
+from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.fit.errors import database_call
 from gpcnn.kernel import keras_setup, segment, wire
 from gpcnn.kernel.protocol import SegmentOptions
+
+
+def evaluate_table(
+    db: Database,
+    sessions: SegmentSessions,
+    info: ImageTable,
+    model_json: str,
+    options: SegmentOptions,
+    weights: bytes | np.ndarray | StoredStart,
+) -> dict:
+    """Image-weighted loss and metrics of ``weights`` (or of a stored checkpoint's model) over a
+    whole table, in the database."""
+    params = {"model": model_json, "options": options.replace(image_shape=info.image_shape)}
+    vector = wire.from_bytes(weights) if isinstance(weights, bytes) else weights
+    metrics = database_call(
+        "evaluation",
+        db.backend.run_evaluation,
+        sessions,
+        info.table.sql(db.backend),
+        params,
+        info.keys,
+        vector,
+    )
+    return {k: float(v) for k, v in metrics.items()}
 
 
 def is_table(x) -> bool:

@@ -1,11 +1,27 @@
 """The code that runs inside the database, and nothing else: the wire format of vectors (``wire``),
 the image-weighted average (``averaging``), what crosses into the database with each statement
-(``protocol``), Keras's setup and the one model build (``keras_setup``) and the segment's TensorFlow
-code (``segment``).
+(``protocol``), Keras's setup and the one model build (``keras_setup``), the named layout of start
+and trained vectors (``layout``), errors (``errors``), ``pack_table``'s decoding (``arrays``), the
+cached model and its state (``models``), aggregate states (``states``), the merge rules' local-step
+hooks (``local_steps``), the chunked merge (``merging``) and the functions the database calls
+(``segment``).
 
 Only the standard library, numpy and TensorFlow/Keras are imported here, and modules import each
 other relatively: ``gpcnn install`` ships exactly these modules (``BUNDLE``, dependencies first) into
 the function bodies, where they load as a private package. Tests import them as plain Python.
 """
 
-BUNDLE = ("wire", "averaging", "protocol", "keras_setup", "segment")
+BUNDLE = (
+    "wire",
+    "averaging",
+    "protocol",
+    "keras_setup",
+    "layout",
+    "errors",
+    "arrays",
+    "models",
+    "states",
+    "local_steps",
+    "merging",
+    "segment",
+)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,8 +61,9 @@ class Transport:
 @dataclass(frozen=True)
 class SegmentOptions:
     """How a segment compiles and trains the model: the same for every iteration of a fit.
-    ``proximal`` (FedProx's mu) and ``correction`` (SCAFFOLD's: the start vector ends with
-    c - c_i, the trained one with c_i+) are what the merge rule adds to every local step."""
+    ``local_steps`` (hook name, its parameter) are what the merge rule adds to every local step,
+    in order (``local_steps.LOCAL_STEPS``: FedProx's ``proximal`` with its mu, SCAFFOLD's
+    ``correction``, whose start vector ends with c - c_i and trained one with c_i+)."""
 
     compile: CompileOptions
     image_shape: tuple[int, ...]
@@ -70,8 +72,7 @@ class SegmentOptions:
     seed: int | None = None
     threads: int | None = None
     optimizer_state: str = "reset"
-    proximal: float = 0.0
-    correction: bool = False
+    local_steps: tuple[tuple[str, Any], ...] = ()
     iteration: IterationOptions = IterationOptions()
     transport: Transport | None = None
     # The table's ``__dist_key__`` values in shard order (its catalog's ``dist_keys``): the
@@ -82,6 +83,11 @@ class SegmentOptions:
 
     def replace(self, **changes: Any) -> SegmentOptions:
         return dataclasses.replace(self, **changes)
+
+    def with_local_steps(self, steps: Mapping[str, Any]) -> SegmentOptions:
+        """These options with a rule's local-step hooks (name: parameter, in order); a hook
+        whose parameter is 0 or False is left out: it would change nothing."""
+        return self.replace(local_steps=tuple((k, v) for k, v in steps.items() if v))
 
     def for_iteration(self, **values: Any) -> SegmentOptions:
         """These options with an iteration's (``IterationOptions``' fields)."""
@@ -112,10 +118,8 @@ class SegmentOptions:
             "optimizer_state": self.optimizer_state,
             **dataclasses.asdict(self.iteration),
         }
-        if self.proximal:  # a rule's additions, only where it makes them
-            values["proximal"] = self.proximal
-        if self.correction:
-            values["correction"] = True
+        if self.local_steps:  # a rule's additions, only where it makes them
+            values["local_steps"] = dict(self.local_steps)
         if self.transport is not None:
             values.update(dataclasses.asdict(self.transport))
         if self.shard_keys:  # per statement, as the transport (not in an estimator's sidecar)
@@ -134,6 +138,7 @@ class SegmentOptions:
             "iteration",
             "transport",
             "shard_keys",
+            "local_steps",
         }
         steps = {f.name for f in dataclasses.fields(IterationOptions)}
         transport = None
@@ -146,6 +151,7 @@ class SegmentOptions:
             iteration=IterationOptions(**{k: v for k, v in values.items() if k in steps}),
             transport=transport,
             shard_keys=tuple(int(k) for k in values.get("shard_keys", ())),
+            local_steps=tuple(values.get("local_steps", {}).items()),
         )
 
     @classmethod

@@ -30,23 +30,15 @@ from gpcnn.engines import Database
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.estimator.named_models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.fit import runs
+from gpcnn.fit.rules import RULES as MERGE_RULES
 from gpcnn.fit.rules import check_options
 from gpcnn.kernel import keras_setup, segment, wire
 from gpcnn.study import report
 from gpcnn.study.specs import RunSpec, merges_in
 
-RULES = (
-    "single",
-    "none",
-    "average",
-    "bmuf",
-    "easgd",
-    "fedprox",
-    "scaffold",
-    "fedadam",
-    "fedyogi",
-    "sync",
-)
+# The study's references around the registry's rules: one worker, K workers that never merge,
+# then every other rule in the registry's order, and synchronous data parallelism.
+RULES = ("single", "none", *(name for name in MERGE_RULES if name != "none"), "sync")
 
 
 def plan(

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpcnn.fit.rules import RULES as MERGE_RULES
+
 PANELS = (
     ("loss", "training loss"),
     ("val_loss", "validation loss"),
@@ -118,13 +120,12 @@ def _series(histories: list[list[dict]], x: str, metric: str):
     return xs, means, sds
 
 
-RULE_WORDS = {
-    "average": "average",
-    "bmuf": "BMUF",
-    "easgd": "EASGD",
-    "none": "never merged",
-    "sync": "synchronous",
-}
+def _rule_words(merge: str) -> str:
+    """A rule in a legend: its registered words (``gpcnn.fit.rules.register_rule``); the study's
+    ``sync`` in words too; else its name."""
+    if merge == "sync":
+        return "synchronous"
+    return MERGE_RULES[merge].words if merge in MERGE_RULES else merge
 
 
 def _label(meta: dict, by_frequency: bool) -> str:
@@ -134,7 +135,7 @@ def _label(meta: dict, by_frequency: bool) -> str:
     if meta["merge"] == "single":
         words = "one worker"
     else:
-        words = f"K = {int(meta['segments'])}, {RULE_WORDS.get(meta['merge'], meta['merge'])}"
+        words = f"K = {int(meta['segments'])}, {_rule_words(meta['merge'])}"
     if meta.get("merge_options"):
         words += f" {meta['merge_options']}"
     if meta.get("scale_lr"):

@@ -1,0 +1,16 @@
+"""``average``: MADlib's rule, w <- sum(n_k w_k) / sum(n_k), the weighted average of ALL weights
+(BatchNorm's moving statistics too), streamed inside the database."""
+
+from __future__ import annotations
+
+from gpcnn.fit.rules.base import MergeRule
+from gpcnn.fit.rules.registry import register_rule
+from gpcnn.kernel.averaging import Vector
+
+
+@register_rule("average")
+class Average(MergeRule):
+    """MADlib: the next model is the weighted average."""
+
+    def average_buffer(self) -> Vector | None:
+        return self.center

@@ -1,0 +1,113 @@
+"""The registry of merge rules: a rule's name -> its class (``register_rule``), and a rule made by
+name with its options checked before any work (``check_options``, ``make_rule``).
+
+Every list of rules (the estimator's check and docstring, the study, its plots, the command line)
+is this registry's, in the order the rules were registered.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from gpcnn.fit.rules.base import MergeRule, Range
+from gpcnn.kernel import local_steps
+from gpcnn.kernel.averaging import Vector
+
+RULES: dict[str, type[MergeRule]] = {}
+
+ANY_REAL = Range("a finite real number", lambda x: True)
+
+
+def register_rule(
+    name: str, words: str | None = None
+) -> Callable[[type[MergeRule]], type[MergeRule]]:
+    """A class decorator: the rule is ``merge=name`` from now on, ``words`` in a figure's legend
+    (its name if not given). A name already taken is an error: ``unregister_rule`` it first."""
+
+    def register(cls: type[MergeRule]) -> type[MergeRule]:
+        if name in RULES:
+            raise ValueError(f'merge="{name}" is registered already, as {RULES[name].__name__}')
+        cls.words = words or name
+        RULES[name] = cls
+        return cls
+
+    return register
+
+
+def unregister_rule(name: str) -> type[MergeRule]:
+    """Remove rule ``name`` (a plug-in's, e.g. when a test ends); its class is returned."""
+    return RULES.pop(name)
+
+
+def state_layout(name: str | None) -> str | None:
+    """What rule ``name``'s stored state holds, in words (None: no state, or no such rule)."""
+    rule = RULES.get(name)
+    return None if rule is None else rule.state_layout
+
+
+def _show(value: object) -> str:
+    """A value as the user wrote it: numbers plain (numpy's too), anything else quoted."""
+    return str(value) if isinstance(value, numbers.Number) else repr(value)
+
+
+def _checked(
+    where: str, option: str, value: object, default: object, range_: Range
+) -> float | bool:
+    """One option as a Python bool or float (numpy scalars come in from arrays), or the error.
+    A bool is no number here: eta=True is a mistake, not 1."""
+    head = f"{where}: {option}={_show(value)}"
+    if isinstance(default, bool):
+        if not isinstance(value, bool | np.bool_):
+            raise ValueError(f"{head} is not a bool: {option} must be True or False")
+        return bool(value)
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    if not real or not math.isfinite(value):
+        raise ValueError(f"{head} is not a finite real number: {option} must be {range_.allowed}")
+    if not range_.test(float(value)):
+        raise ValueError(
+            f"{head} is out of range: {option} must be {range_.allowed}{range_.detail(value)}"
+        )
+    return float(value)
+
+
+def check_options(name: str, options: Mapping | None, segments: int) -> dict:
+    """All options of rule ``name`` for K = ``segments``, checked and with the defaults filled in,
+    so that a bad value fails before any work. The option names are the rule class's own fields."""
+    where = f'merge="{name}"'
+    if name not in RULES:
+        raise ValueError(f"{where}: choose one of {', '.join(RULES)}")
+    rule = RULES[name]
+    defaults = rule.option_defaults(segments)
+    ranges = rule.option_ranges(segments)
+    given = dict(options or {})
+    unknown = [option for option in given if option not in defaults]
+    if unknown:
+        bad = ", ".join(f"{option}={_show(given[option])}" for option in unknown)
+        verb = "is not an option" if len(unknown) == 1 else "are not options"
+        takes = f"takes {', '.join(defaults)}" if defaults else "takes no options"
+        raise ValueError(f"{where}: {bad} {verb}: {name} {takes}")
+    return {
+        option: _checked(
+            where, option, given.get(option, default), default, ranges.get(option, ANY_REAL)
+        )
+        for option, default in defaults.items()
+    }
+
+
+def make_rule(name: str, trainable: Vector, segments: int, **options) -> MergeRule:
+    """A rule by name with its options (bmuf: eta, zeta, nesterov; easgd: alpha, default 0.9/K;
+    fedprox: mu; scaffold: server_lr; fedadam, fedyogi: server_lr, beta1, beta2, tau), checked
+    by ``check_options``."""
+    options = check_options(name, options, segments)
+    rule = RULES[name](trainable=np.asarray(trainable, bool), **options)
+    steps = rule.in_database()
+    if not rule.per_segment and (local_steps.sends(steps) or local_steps.returns(steps)):
+        raise TypeError(
+            f'merge="{name}": its local steps {list(steps)} send or return extras of each '
+            "segment's own, which needs per_segment = True"
+        )
+    return rule
