@@ -2,10 +2,23 @@
 included), else the embedded PostgreSQL. TensorFlow's threads and oneDNN are fixed here, before
 anything imports TensorFlow, so local references match what the segments compute.
 
-``engine`` is gpcnn's handle (``gpcnn.Database``) on the test schema. Modules that train, evaluate
-or predict override it with ``engine_any_dispatch`` so that they run in both dispatch modes: the
-engine's own, and ``"statement"``, which runs PostgreSQL's iterations exactly as Greenplum does
-(one statement for all segments, in one session)."""
+Fixtures, each named after what it returns and defined here only:
+
+- ``db``: gpcnn's handle (``gpcnn.Database``) on the test schema. In a module marked
+  ``every_dispatch`` each test runs once per dispatch mode: the engine's own, and ``"statement"``,
+  which runs PostgreSQL's iterations exactly as Greenplum does (one statement for all segments, in
+  one session). Tables and runs are shared between the modes.
+- ``native_db``: the same handle in the engine's own dispatch, whatever the module's marker.
+- ``backend``: ``db.backend``; ``schema``: the test schema's name.
+
+Markers (registered in setup.cfg; README's Tests section says how to select them):
+
+- ``db``: needs the database server. Set here on every test that uses a database fixture; modules
+  that start servers of their own mark themselves.
+- ``slow``: takes 20 s or more on 2 cores.
+- ``greenplum``: means something only on Greenplum; skipped on other engines.
+- ``every_dispatch``: run each test of the module in both dispatch modes.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +37,8 @@ segment.keras_module(threads=TEST_THREADS)
 
 TEST_SCHEMA = "gpcnn_test"
 DISPATCH_MODES = ("native", "statement")
+# The fixtures whose tests need the server: every database fixture asks for ``native_db``.
+SERVER_FIXTURE = "native_db"
 
 
 def database_url() -> str | None:
@@ -31,8 +46,30 @@ def database_url() -> str | None:
     return os.environ.get("GPCNN_TEST_DATABASE_URL")
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "dispatch" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
+        "every_dispatch"
+    ):
+        metafunc.parametrize("dispatch", DISPATCH_MODES, scope="session")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if SERVER_FIXTURE in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.db)
+
+
+@pytest.fixture(autouse=True)
+def _greenplum_only(request: pytest.FixtureRequest) -> None:
+    """Skips a test marked ``greenplum`` where the test database is another engine."""
+    if request.node.get_closest_marker("greenplum"):
+        kind = request.getfixturevalue(SERVER_FIXTURE).kind
+        if kind != "greenplum":
+            pytest.skip(f"means something on Greenplum only; the test database is {kind}")
+
+
 @pytest.fixture(scope="session")
-def database():
+def native_db():
     import gpcnn
 
     db = gpcnn.connect(database_url(), schema=TEST_SCHEMA)
@@ -42,32 +79,41 @@ def database():
 
 
 @pytest.fixture(scope="session")
-def engine(database):
-    return database
-
-
-@pytest.fixture(scope="session", params=DISPATCH_MODES)
-def engine_any_dispatch(request, database):
-    """The test database in each dispatch mode (tables and runs are shared)."""
-    import gpcnn
-
-    if request.param == "native":
-        yield database
-        return
-    db = gpcnn.connect(database_url(), schema=TEST_SCHEMA, dispatch=request.param)
-    # One statement merges in the database whatever the size, as it does past the backend's
-    # database_merge_bytes: so the suite's small models also take Greenplum's path for big ones
-    # (test_big_models checks that the client's merge of one statement gives the same model).
-    db.backend.database_merge_bytes = 0
-    yield db
-    db.close()
+def dispatch() -> str:
+    """The dispatch mode of ``db`` where a module is not marked ``every_dispatch``."""
+    return "native"
 
 
 @pytest.fixture(scope="session")
-def backend(engine):
-    return engine.backend
+def handles_by_dispatch(native_db):
+    """One handle per dispatch mode, opened on first use and kept for the session."""
+    handles = {"native": native_db}
+    yield handles
+    for mode, handle in handles.items():
+        if mode != "native":
+            handle.close()
 
 
 @pytest.fixture(scope="session")
-def schema():
+def db(dispatch, handles_by_dispatch):
+    if dispatch not in handles_by_dispatch:
+        import gpcnn
+
+        handle = gpcnn.connect(database_url(), schema=TEST_SCHEMA, dispatch=dispatch)
+        # One statement merges in the database whatever the size, as it does past the backend's
+        # database_merge_bytes: so the suite's small models also take Greenplum's path for big
+        # ones (test_big_models checks that the client's merge of one statement gives the same
+        # model).
+        handle.backend.database_merge_bytes = 0
+        handles_by_dispatch[dispatch] = handle
+    return handles_by_dispatch[dispatch]
+
+
+@pytest.fixture(scope="session")
+def backend(db):
+    return db.backend
+
+
+@pytest.fixture(scope="session")
+def schema() -> str:
     return TEST_SCHEMA

@@ -48,12 +48,12 @@ def wide_model():
 
 
 @pytest.fixture(scope="module")
-def chunked(engine_any_dispatch):
+def chunked(db):
     """The test database in each dispatch mode, with 64 KB chunks."""
     db = gpcnn.connect(
         database_url(),
         schema=TEST_SCHEMA,
-        dispatch=engine_any_dispatch.dispatch,
+        dispatch=db.dispatch,
         chunk_bytes=CHUNK_BYTES,
     )
     yield db
@@ -74,6 +74,7 @@ def table(chunked):
     return name
 
 
+@pytest.mark.slow
 def test_a_multi_chunk_model_trains_to_the_reference_and_resumes_from_chunks(chunked, table):
     model = wide_model()
     assert sum(wire.sizes(wire.manifest(model))) > 1_000_000
@@ -103,7 +104,7 @@ def test_a_multi_chunk_model_trains_to_the_reference_and_resumes_from_chunks(chu
     np.testing.assert_array_equal(wire.flatten(resumed.model_.get_weights()), got)
 
 
-def test_one_statement_merges_in_the_client_or_in_the_database_to_the_same_bits(engine):
+def test_one_statement_merges_in_the_client_or_in_the_database_to_the_same_bits(db):
     """Below the backend's ``database_merge_bytes`` one statement's K trained vectors reach the
     client, which averages them as they arrive (the keys of one stream, unpaced) and streams the
     checkpoint meanwhile; above it the segments merge them chunk by chunk. Greenplum takes the
@@ -208,7 +209,7 @@ def test_statement_texts_stay_small_whatever_the_model_size(chunked, table):
     assert len(longest) < STATEMENT_LIMIT, longest[:300]
 
 
-def test_merges_keep_counts_exact_beyond_float32(engine):
+def test_merges_keep_counts_exact_beyond_float32(db):
     """Counts of 2**24 + 1 and more: float32 (MADlib's count) rounds them, the merge must not.
     The in-database chunk merge, the client's merge of K sessions' results and the small
     states agree with the exact float64 average."""
@@ -225,7 +226,7 @@ def test_merges_keep_counts_exact_beyond_float32(engine):
     ).astype(np.float32)
     states = [segment.encode_state({"count": n, "sums": {"loss": 0.5 * n}}) for n in counts]
 
-    with engine.connect() as conn:
+    with db.connect() as conn:
         rows = conn.execute(
             sa.text(
                 f"SELECT chunk, {TEST_SCHEMA}.merge_chunks(chunk, count, data ORDER BY key) "
@@ -384,7 +385,7 @@ def test_a_run_stores_what_retention_keeps_and_shows_its_size(chunked, table):
     runs.delete_runs(chunked, [est.run_id_])
 
 
-def test_shape_2_vectors_move_into_chunked_checkpoints(engine):
+def test_shape_2_vectors_move_into_chunked_checkpoints(db):
     """Upgrading keeps every stored vector: shape 2's one-value columns are cut into chunks."""
     schema = "gpcnn_migration_test"
     db = gpcnn.connect(database_url(), schema=schema, chunk_bytes=4096)

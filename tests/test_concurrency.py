@@ -37,31 +37,32 @@ def images(seed: int, n: int, label: int | None = None):
 
 
 @pytest.fixture(scope="module")
-def tables(engine):
+def tables(db):
     names = [f"{DATA}.first", f"{DATA}.second"]
     for seed, name in enumerate(names):
-        load_images(engine, name, *images(seed, 120), segments=2, replace=True, progress=False)
+        load_images(db, name, *images(seed, 120), segments=2, replace=True, progress=False)
     return names
 
 
-def test_fits_at_once_from_three_processes_equal_each_fit_alone(engine, tables, tmp_path):
+@pytest.mark.slow
+def test_fits_at_once_from_three_processes_equal_each_fit_alone(db, tables, tmp_path):
     alone = {}
     for name in tables:
-        alone[name] = wire.flatten(estimator(engine).fit(name).model_.get_weights())
+        alone[name] = wire.flatten(estimator(db).fit(name).model_.get_weights())
     assert np.abs(alone[tables[0]] - alone[tables[1]]).max() > 1e-3  # the tables differ
 
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     jobs = [tables[0], tables[0], tables[1]]  # two on the same table, one on another
     reports = run_together(
         [
-            [*CHILD, url, engine.schema, name, str(tmp_path / f"{i}.npy"), f"{__name__}:estimator"]
+            [*CHILD, url, db.schema, name, str(tmp_path / f"{i}.npy"), f"{__name__}:estimator"]
             for i, name in enumerate(jobs)
         ]
     )
     assert len({r["run_id"] for r in reports}) == 3
     for i, (name, report) in enumerate(zip(jobs, reports, strict=True)):
         np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), alone[name])
-        stored = runs.load_run(engine, report["run_id"])
+        stored = runs.load_run(db, report["run_id"])
         assert (stored.status, len(stored.iterations), stored.table) == ("finished", 2, name)
 
 
@@ -85,8 +86,8 @@ def _race(loads) -> list[BaseException | None]:
     return outcomes
 
 
-def _debris(engine, schema: str) -> list[str]:
-    with engine.connect() as conn:
+def _debris(db, schema: str) -> list[str]:
+    with db.connect() as conn:
         return list(
             conn.execute(
                 sa.text(
@@ -98,15 +99,15 @@ def _debris(engine, schema: str) -> list[str]:
         )
 
 
-def test_loads_racing_for_one_name_end_as_exactly_one_of_them(engine):
+def test_loads_racing_for_one_name_end_as_exactly_one_of_them(db):
     schema = f"{DATA}_race"
     name = f"{schema}.target"
-    gpcnn.drop_table(engine, name, missing_ok=True)
+    gpcnn.drop_table(db, name, missing_ok=True)
     first, second = images(10, 60, label=0), images(11, 90, label=1)
 
     def load(data, **options):
         return lambda: load_images(
-            engine, name, *data, segments=2, num_classes=3, progress=False, **options
+            db, name, *data, segments=2, num_classes=3, progress=False, **options
         )
 
     outcomes = _race([load(first), load(second)])
@@ -114,31 +115,31 @@ def test_loads_racing_for_one_name_end_as_exactly_one_of_them(engine):
     assert len(errors) == 1 and isinstance(errors[0], TableError), outcomes
     assert "exists: pass replace=True" in str(errors[0])
     winner = first if outcomes[1] is not None else second
-    np.testing.assert_array_equal(np.sort(read_images(engine, name)[1]), np.sort(winner[1]))
+    np.testing.assert_array_equal(np.sort(read_images(db, name)[1]), np.sort(winner[1]))
 
     for _ in range(3):
         assert _race([load(first, replace=True), load(second, replace=True)]) == [None, None]
-        x, y = read_images(engine, name)
-        info = describe(engine, name)
+        x, y = read_images(db, name)
+        info = describe(db, name)
         expected = first if len(y) == len(first[1]) else second  # one of the two, whole
         np.testing.assert_array_equal(np.sort(y), np.sort(expected[1]))
         assert sorted(map(bytes, x)) == sorted(map(bytes, expected[0][..., np.newaxis]))
         assert info.images == len(y) and sum(info.images_per_segment) == len(y)
-    assert _debris(engine, schema) == []
+    assert _debris(db, schema) == []
 
 
-def test_loads_of_two_tables_into_one_new_schema_both_succeed(engine):
+def test_loads_of_two_tables_into_one_new_schema_both_succeed(db):
     schema = f"{DATA}_fresh"
     for name in ("a", "b"):
-        gpcnn.drop_table(engine, f"{schema}.{name}", missing_ok=True)
-    with engine.begin() as conn:
+        gpcnn.drop_table(db, f"{schema}.{name}", missing_ok=True)
+    with db.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}")
     loads = [
         lambda name=name: load_images(
-            engine, f"{schema}.{name}", *images(12, 40), segments=2, progress=False
+            db, f"{schema}.{name}", *images(12, 40), segments=2, progress=False
         )
         for name in ("a", "b")
     ]
     assert _race(loads) == [None, None]
-    assert [describe(engine, f"{schema}.{n}").images for n in ("a", "b")] == [40, 40]
-    assert _debris(engine, schema) == []
+    assert [describe(db, f"{schema}.{n}").images for n in ("a", "b")] == [40, 40]
+    assert _debris(db, schema) == []

@@ -7,12 +7,13 @@ from gpcnn.study import report
 from gpcnn.tools import cli
 
 
+@pytest.mark.slow
 def test_the_demo_installs_reports_the_environment_and_writes_its_study(
-    engine, schema, tmp_path, capsys
+    db, schema, tmp_path, capsys
 ):
-    if engine.dispatch:
+    if db.dispatch:
         pytest.skip("the demo's preset is the same in both dispatch modes")
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     argv = ["demo", "--dataset", "mnist-sample", "--iterations", "1", "--out", str(tmp_path),
             "--database", url, "--schema", schema]  # fmt: skip
     assert cli.main(argv) == 0

@@ -14,10 +14,13 @@ import sqlalchemy as sa
 
 from gpcnn.tools import embedded
 
-pytestmark = pytest.mark.skipif(
-    not Path(f"/usr/lib/postgresql/{embedded.PG_MAJOR}/bin/pg_ctl").exists(),
-    reason="PostgreSQL server programs not installed",
-)
+pytestmark = [
+    pytest.mark.db,
+    pytest.mark.skipif(
+        not Path(f"/usr/lib/postgresql/{embedded.PG_MAJOR}/bin/pg_ctl").exists(),
+        reason="PostgreSQL server programs not installed",
+    ),
+]
 
 
 @pytest.fixture(scope="module")

@@ -42,16 +42,16 @@ def tiny_model():
 
 
 @pytest.fixture(scope="module")
-def table(engine):
+def table(db):
     rng = np.random.default_rng(0)
     x = rng.integers(0, 255, (40, 6, 6), dtype=np.uint8)
     y = rng.integers(0, 2, 40)
-    return load_images(engine, f"{DATA}.train", x, y, segments=2, replace=True, progress=False)
+    return load_images(db, f"{DATA}.train", x, y, segments=2, replace=True, progress=False)
 
 
-def fitted(engine, table, **params) -> GreenplumCNN:
+def fitted(db, table, **params) -> GreenplumCNN:
     params = {"iterations": 1, "seed": 1, "verbose": 0, "threads_per_segment": 1, **params}
-    with GreenplumCNN(tiny_model(), database=engine, **params) as est:
+    with GreenplumCNN(tiny_model(), database=db, **params) as est:
         est.fit(str(table.table))
     return est
 
@@ -59,49 +59,50 @@ def fitted(engine, table, **params) -> GreenplumCNN:
 # -- the handle ---------------------------------------------------------------------------------
 
 
-def test_connect_gives_one_handle_per_server_schema_and_dispatch_until_closed(engine):
-    again = gpcnn.connect(engine.url, schema=engine.schema)
-    assert again is engine
-    other = gpcnn.connect(engine.url, schema="gpcnn_other_schema")
-    statement = gpcnn.connect(engine.url, schema=engine.schema, dispatch="statement")
-    assert len({id(engine), id(other), id(statement)}) == 3
+def test_connect_gives_one_handle_per_server_schema_and_dispatch_until_closed(db):
+    again = gpcnn.connect(db.url, schema=db.schema)
+    assert again is db
+    other = gpcnn.connect(db.url, schema="gpcnn_other_schema")
+    statement = gpcnn.connect(db.url, schema=db.schema, dispatch="statement")
+    assert len({id(db), id(other), id(statement)}) == 3
     other.close()
-    assert other.closed and gpcnn.connect(engine.url, schema="gpcnn_other_schema") is not other
-    gpcnn.connect(engine.url, schema="gpcnn_other_schema").close()
+    assert other.closed and gpcnn.connect(db.url, schema="gpcnn_other_schema") is not other
+    gpcnn.connect(db.url, schema="gpcnn_other_schema").close()
     with pytest.raises(ValueError, match="dispatch="):
-        gpcnn.connect(engine.url, dispatch="everywhere")
+        gpcnn.connect(db.url, dispatch="everywhere")
 
 
-def test_handle_pickles_without_its_password_and_finds_it_again(engine):
-    data = pickle.dumps(engine)
-    if engine.url.password:
-        assert engine.url.password.encode() not in data
+def test_handle_pickles_without_its_password_and_finds_it_again(db):
+    data = pickle.dumps(db)
+    if db.url.password:
+        assert db.url.password.encode() not in data
     copy = pickle.loads(data)
     assert (copy.url.host, copy.url.port, copy.schema) == (
-        engine.url.host,
-        engine.url.port,
-        engine.schema,
+        db.url.host,
+        db.url.port,
+        db.schema,
     )
     with copy.connect() as conn:
         assert conn.execute(sa.text("SELECT 1")).scalar() == 1
-    assert copy.kind == engine.kind
+    assert copy.kind == db.kind
     copy.close()
 
 
-def test_a_handle_names_a_registered_engine_or_detects_one(engine):
-    named = gpcnn.connect(engine.url, schema=engine.schema, engine_name=engine.kind)
-    assert named is not engine and type(named.backend) is type(engine.backend)
+def test_a_handle_names_a_registered_engine_or_detects_one(db):
+    named = gpcnn.connect(db.url, schema=db.schema, engine_name=db.kind)
+    assert named is not db and type(named.backend) is type(db.backend)
     copy = pickle.loads(pickle.dumps(named))
-    assert copy.engine_name == engine.kind and "engine_name=" in repr(copy)
+    assert copy.engine_name == db.kind and "engine_name=" in repr(copy)
     named.close()
     with pytest.raises(ValueError, match="engine_name='nosuch'"):
-        gpcnn.connect(engine.url, engine_name="nosuch")
+        gpcnn.connect(db.url, engine_name="nosuch")
 
 
-def test_an_estimator_with_a_handle_pickles(engine, table):
-    est = fitted(engine, table)
+@pytest.mark.slow
+def test_an_estimator_with_a_handle_pickles(db, table):
+    est = fitted(db, table)
     clone = pickle.loads(pickle.dumps(est))
-    assert clone.database.schema == engine.schema and clone.history_ == est.history_
+    assert clone.database.schema == db.schema and clone.history_ == est.history_
     assert clone.score(str(table.table)) == est.score(str(table.table))
 
 
@@ -119,16 +120,16 @@ SHAPE_1 = [
 
 
 @pytest.fixture
-def old_schema(engine):
+def old_schema(db):
     name = "gpcnn_shape_test"
-    db = gpcnn.connect(engine.url, schema=name)
-    with db.begin() as conn:
+    shape_1 = gpcnn.connect(db.url, schema=name)
+    with shape_1.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
         conn.exec_driver_sql(f"CREATE SCHEMA {name}")
-    yield db
-    with db.begin() as conn:
+    yield shape_1
+    with shape_1.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
-    db.close()
+    shape_1.close()
 
 
 def test_install_migrates_shape_1_in_place(old_schema):
@@ -181,97 +182,97 @@ def test_a_newer_shape_is_refused_with_what_to_do(old_schema):
 # -- run status and resume --------------------------------------------------------------------------
 
 
-def test_run_status_follows_the_fit(engine, table):
-    est = fitted(engine, table, iterations=2)
-    assert runs.load_run(engine, est.run_id_).status == "finished"
+def test_run_status_follows_the_fit(db, table):
+    est = fitted(db, table, iterations=2)
+    assert runs.load_run(db, est.run_id_).status == "finished"
     diverged = GreenplumCNN(
-        tiny_model(), database=engine, iterations=3, learning_rate=1e38, verbose=0
+        tiny_model(), database=db, iterations=3, learning_rate=1e38, verbose=0
     )
     with pytest.raises(gpcnn.TrainingError, match="diverged"), diverged:
         diverged.fit(str(table.table))
-    (row,) = gpcnn.list_runs(engine, [diverged.run_id_])
+    (row,) = gpcnn.list_runs(db, [diverged.run_id_])
     assert row["status"] == "failed" and "diverged" in row["error"]
 
 
-def test_resume_matches_result_parameters_and_never_a_run_stopped_on_purpose(engine, table):
-    est = fitted(engine, table, iterations=1, merge="bmuf")
+def test_resume_matches_result_parameters_and_never_a_run_stopped_on_purpose(db, table):
+    est = fitted(db, table, iterations=1, merge="bmuf")
     name = str(table.table)
     wanted = {**est.stored_params(), "iterations": 3}
-    assert runs.find_unfinished(engine, name, wanted) is None  # finished: nothing to continue
+    assert runs.find_unfinished(db, name, wanted) is None  # finished: nothing to continue
     for status, expected in (
         ("running", est.run_id_),
         ("failed", est.run_id_),
         ("stopped_early", None),
     ):
-        runs.set_status(engine, est.run_id_, status)
+        runs.set_status(db, est.run_id_, status)
         # progress, database and iterations do not change the result: still the same run
         again = {**wanted, "progress": True, "database": "elsewhere"}
-        assert runs.find_unfinished(engine, name, again) == expected
-    assert runs.find_unfinished(engine, name, {**wanted, "learning_rate": 0.5}) is None
+        assert runs.find_unfinished(db, name, again) == expected
+    assert runs.find_unfinished(db, name, {**wanted, "learning_rate": 0.5}) is None
 
 
 # -- lifecycle --------------------------------------------------------------------------------------
 
 
-def test_runs_list_show_delete(engine, table, capsys):
-    est = fitted(engine, table, iterations=2)
-    (row,) = gpcnn.list_runs(engine, [est.run_id_])
+def test_runs_list_show_delete(db, table, capsys):
+    est = fitted(db, table, iterations=2)
+    (row,) = gpcnn.list_runs(db, [est.run_id_])
     assert (row["iterations"], row["status"], row["table"]) == (2, "finished", str(table.table))
     assert row["stored_bytes"] >= 4 * (36 * 2 + 2)  # at least the last model: 74 float32
-    shown = gpcnn.show_run(engine, est.run_id_)
+    shown = gpcnn.show_run(db, est.run_id_)
     assert [h["iteration"] for h in shown["history"]] == [1, 2]
     assert shown["params"]["iterations"] == 2
-    url = engine.url.render_as_string(hide_password=False)
-    base = ["--database", url, "--schema", engine.schema]
+    url = db.url.render_as_string(hide_password=False)
+    base = ["--database", url, "--schema", db.schema]
     assert cli.main(["runs", "list", *base]) == 0
     assert f"{est.run_id_:>5}  finished" in capsys.readouterr().out
     assert cli.main(["runs", "delete", str(est.run_id_), *base]) == 0
     assert "deleted 1 run(s)" in capsys.readouterr().out
-    assert gpcnn.list_runs(engine, [est.run_id_]) == []
-    with engine.connect() as conn:
+    assert gpcnn.list_runs(db, [est.run_id_]) == []
+    with db.connect() as conn:
         left = conn.execute(
-            sa.text(f"SELECT count(*) FROM {engine.schema}.run_iterations WHERE run_id = :r"),
+            sa.text(f"SELECT count(*) FROM {db.schema}.run_iterations WHERE run_id = :r"),
             {"r": est.run_id_},
         ).scalar()
     assert left == 0
     with pytest.raises(ValueError, match="no run"):
-        gpcnn.show_run(engine, est.run_id_)
+        gpcnn.show_run(db, est.run_id_)
 
 
-def test_tables_drop_and_the_catalog_repaired_after_a_drop_by_hand(engine):
+def test_tables_drop_and_the_catalog_repaired_after_a_drop_by_hand(db):
     x = np.zeros((8, 6, 6), np.uint8)
     y = np.arange(8) % 2
-    kept = load_images(engine, f"{DATA}.kept", x, y, segments=2, replace=True, progress=False)
-    by_hand = load_images(engine, f"{DATA}.by_hand", x, y, segments=2, replace=True, progress=False)
-    with engine.begin() as conn:
+    kept = load_images(db, f"{DATA}.kept", x, y, segments=2, replace=True, progress=False)
+    by_hand = load_images(db, f"{DATA}.by_hand", x, y, segments=2, replace=True, progress=False)
+    with db.begin() as conn:
         conn.exec_driver_sql(f"DROP TABLE {DATA}.by_hand")
     with pytest.raises(TableError, match="dropped by hand"):
-        describe(engine, str(by_hand.table))
-    names = {str(t.table) for t in list_tables(engine)}
+        describe(db, str(by_hand.table))
+    names = {str(t.table) for t in list_tables(db)}
     assert str(kept.table) in names and str(by_hand.table) not in names
-    with engine.connect() as conn:  # the stale entry is gone from the catalog
-        assert Catalog(conn, engine.backend).image_table(DATA, "by_hand") is None
-    assert gpcnn.drop_table(engine, str(kept.table))
-    with engine.connect() as conn:
+    with db.connect() as conn:  # the stale entry is gone from the catalog
+        assert Catalog(conn, db.backend).image_table(DATA, "by_hand") is None
+    assert gpcnn.drop_table(db, str(kept.table))
+    with db.connect() as conn:
         assert not catalog.relation_exists(conn, f"{DATA}.kept")
-        if engine.backend.partitioned:
+        if db.backend.partitioned:
             assert not catalog.relation_exists(conn, f"{DATA}.kept__seg0")
-    assert gpcnn.drop_table(engine, str(kept.table), missing_ok=True) is False
+    assert gpcnn.drop_table(db, str(kept.table), missing_ok=True) is False
     with pytest.raises(TableError, match="no image table"):
-        gpcnn.drop_table(engine, str(kept.table))
-    with engine.begin() as conn:
+        gpcnn.drop_table(db, str(kept.table))
+    with db.begin() as conn:
         conn.exec_driver_sql(f"CREATE TABLE {DATA}.foreign_table (a int)")
     with pytest.raises(TableError, match="not a gpcnn image table"):
-        gpcnn.drop_table(engine, f"{DATA}.foreign_table")
-    with engine.begin() as conn:
+        gpcnn.drop_table(db, f"{DATA}.foreign_table")
+    with db.begin() as conn:
         conn.exec_driver_sql(f"DROP TABLE {DATA}.foreign_table")
 
 
-def test_uninstall_removes_functions_and_tables_but_not_image_tables(engine):
-    db = gpcnn.connect(engine.url, schema="gpcnn_uninstall_test")
-    install(db)
+def test_uninstall_removes_functions_and_tables_but_not_image_tables(db):
+    uninstalled = gpcnn.connect(db.url, schema="gpcnn_uninstall_test")
+    install(uninstalled)
     info = load_images(
-        db,
+        uninstalled,
         f"{DATA}.uninstall",
         np.zeros((4, 6, 6), np.uint8),
         [0, 1, 0, 1],
@@ -279,11 +280,11 @@ def test_uninstall_removes_functions_and_tables_but_not_image_tables(engine):
         replace=True,
         progress=False,
     )
-    uninstall(db, keep_data=True)
-    assert installed_version(db) is None
-    assert describe(db, str(info.table)).images == 4  # the catalog survived
-    uninstall(db)
-    with db.connect() as conn:
+    uninstall(uninstalled, keep_data=True)
+    assert installed_version(uninstalled) is None
+    assert describe(uninstalled, str(info.table)).images == 4  # the catalog survived
+    uninstall(uninstalled)
+    with uninstalled.connect() as conn:
         assert (
             conn.execute(
                 sa.text("SELECT count(*) FROM pg_namespace WHERE nspname = 'gpcnn_uninstall_test'")
@@ -291,4 +292,4 @@ def test_uninstall_removes_functions_and_tables_but_not_image_tables(engine):
             == 0
         )
         assert catalog.relation_exists(conn, f"{DATA}.uninstall")  # the user's data stays
-    db.close()
+    uninstalled.close()

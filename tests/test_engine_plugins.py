@@ -55,10 +55,10 @@ class PairedPostgres(PostgresBackend):
 
 
 @pytest.fixture(scope="module")
-def paired(database):
+def paired(native_db):
     """A handle on the test database through the engine registered here, unregistered after."""
-    if database.kind != "postgresql":
-        pytest.skip(f"the plugged-in engine is a PostgreSQL one, the database is {database.kind}")
+    if native_db.kind != "postgresql":
+        pytest.skip(f"the plugged-in engine is a PostgreSQL one, the database is {native_db.kind}")
     register_engine(ENGINE, PairedPostgres)
     try:
         db = gpcnn.connect(database_url(), schema=TEST_SCHEMA, engine_name=ENGINE)
@@ -69,9 +69,9 @@ def paired(database):
 
 
 @pytest.fixture(scope="module")
-def table(database):
+def table(native_db):
     x, y = learnable_images(150)
-    info = load_images(database, f"{DATA_SCHEMA}.train", x, y, segments=K, buffer_size=20,
+    info = load_images(native_db, f"{DATA_SCHEMA}.train", x, y, segments=K, buffer_size=20,
                        replace=True, progress=False)  # fmt: skip
     return str(info.table)
 
@@ -94,7 +94,7 @@ def test_the_built_in_engines_are_detected_from_what_the_server_says():
     assert detected_engine(greenplum) is GreenplumBackend
 
 
-def test_a_handle_naming_a_registered_engine_runs_on_its_backend_and_dispatch(paired, database):
+def test_a_handle_naming_a_registered_engine_runs_on_its_backend_and_dispatch(paired, native_db):
     assert type(paired.backend) is PairedPostgres and paired.backend.dispatch == "paired"
     assert paired.backend.session_groups([5, 6, 7], 2) == [[7, 5], [6]]
     sessions = paired.backend.open_sessions(K, 1)
@@ -103,7 +103,7 @@ def test_a_handle_naming_a_registered_engine_runs_on_its_backend_and_dispatch(pa
     finally:
         sessions.release()
     # registered without ``detects``: a handle that names no engine still gets the built-in one
-    assert type(database.backend) is PostgresBackend
+    assert type(native_db.backend) is PostgresBackend
 
 
 def test_an_engine_name_is_registered_once(paired):
@@ -116,9 +116,9 @@ def test_an_engine_name_is_registered_once(paired):
     [("bmuf", "local"), ("average", "reset")],  # each key's vector back / merged in the client
 )
 def test_training_through_a_plugged_in_engine_equals_the_built_in_engine_bit_for_bit(
-    database, paired, table, merge, optimizer_state
+    native_db, paired, table, merge, optimizer_state
 ):
-    built_in = fit(database, table, merge=merge, optimizer_state=optimizer_state)
+    built_in = fit(native_db, table, merge=merge, optimizer_state=optimizer_state)
     plugged = fit(paired, table, merge=merge, optimizer_state=optimizer_state)
     np.testing.assert_array_equal(
         wire.flatten(plugged.model_.get_weights()), wire.flatten(built_in.model_.get_weights())

@@ -26,8 +26,8 @@ def test_connect_prefers_explicit_url_then_env_then_embedded(monkeypatch):
         assert conn.execute(sa.text("SELECT current_database()")).scalar() == embedded.DATABASE
 
 
-def test_check_environment_reports_tensorflow_from_inside_the_server(engine, schema):
-    report = gpcnn.check_environment(engine)
+def test_check_environment_reports_tensorflow_from_inside_the_server(db, schema):
+    report = gpcnn.check_environment(db)
     assert report.engine_kind in ("postgresql", "greenplum")
     assert report.segments >= 1
     assert report.probes
@@ -63,14 +63,14 @@ def test_missing_tensorflow_in_the_server_names_the_fix(tmp_path, monkeypatch):
         shutil.rmtree(home, ignore_errors=True)
 
 
-def test_another_installed_version_is_named_with_the_fix(engine):
+def test_another_installed_version_is_named_with_the_fix(db):
     from gpcnn.engines.install import InstallError, ensure_installed, install
 
     schema = "gpcnn_version_test"
-    db = gpcnn.connect(engine.url, schema=schema)
-    install(db)
-    assert ensure_installed(db)  # same version: accepted
-    with db.begin() as conn:
+    other_version = gpcnn.connect(db.url, schema=schema)
+    install(other_version)
+    assert ensure_installed(other_version)  # same version: accepted
+    with other_version.begin() as conn:
         conn.execute(
             sa.text(
                 f"CREATE OR REPLACE FUNCTION {schema}.version() RETURNS text AS "
@@ -78,16 +78,16 @@ def test_another_installed_version_is_named_with_the_fix(engine):
             )
         )
     with pytest.raises(InstallError, match=r"holds gpcnn 0\.0\.1\+old.*gpcnn install"):
-        ensure_installed(db)
-    install(db)  # upgrading over it works, in place
-    assert ensure_installed(db)
-    with db.begin() as conn:
+        ensure_installed(other_version)
+    install(other_version)  # upgrading over it works, in place
+    assert ensure_installed(other_version)
+    with other_version.begin() as conn:
         conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
-    db.close()
+    other_version.close()
 
 
-def test_doctor_reports_autovacuum_and_the_disk_gpcnns_tables_take(engine, schema):
-    report = gpcnn.check_environment(engine)
+def test_doctor_reports_autovacuum_and_the_disk_gpcnns_tables_take(db, schema):
+    report = gpcnn.check_environment(db)
     facts = report.facts
     autovacuum = facts["settings"]["autovacuum"]
     assert autovacuum in ("on", "off")
@@ -98,10 +98,10 @@ def test_doctor_reports_autovacuum_and_the_disk_gpcnns_tables_take(engine, schem
         assert f"VACUUM FULL {schema}.checkpoints, {schema}.transfers" in text
 
 
-def test_doctor_on_greenplum_reports_primaries_hosts_memory_limits_and_resources(engine):
-    if engine.backend.kind != "greenplum":
+def test_doctor_on_greenplum_reports_primaries_hosts_memory_limits_and_resources(db):
+    if db.backend.kind != "greenplum":
         pytest.skip("reads gp_segment_configuration and each primary's settings")
-    report = gpcnn.check_environment(engine)
+    report = gpcnn.check_environment(db)
     facts = report.facts
     assert facts["primaries"] == report.segments == len(facts["vmem_protect_limit_mb"])
     assert sorted(facts["vmem_protect_limit_mb"]) == [p["segment"] for p in report.probes]

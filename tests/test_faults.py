@@ -23,6 +23,8 @@ from gpcnn.fit import runs, training
 from gpcnn.fit.errors import failure, once_more_if_lost
 from gpcnn.kernel import segment
 
+pytestmark = pytest.mark.every_dispatch
+
 keras = segment.keras_module()
 
 DATA_SCHEMA = "gpcnn_faults_test"
@@ -30,22 +32,17 @@ TABLE = f"{DATA_SCHEMA}.train"
 
 
 @pytest.fixture(scope="module")
-def engine(engine_any_dispatch):
-    return engine_any_dispatch
-
-
-@pytest.fixture(scope="module")
-def table(engine):
+def table(db):
     """2 segments of 1,200 images: with batch_size=2, an iteration lasts a few seconds."""
     rng = np.random.default_rng(5)
     labels = rng.integers(0, 3, 2400)
     images = rng.integers(0, 255, (2400, 8, 8), dtype=np.uint8)
-    load_images(engine, TABLE, images, labels, segments=2, replace=True, progress=False)
-    return describe(engine, TABLE)
+    load_images(db, TABLE, images, labels, segments=2, replace=True, progress=False)
+    return describe(db, TABLE)
 
 
-def estimator(engine, model, **params) -> GreenplumCNN:
-    defaults = dict(batch_size=2, seed=1, database=engine, threads_per_segment=1, verbose=0)
+def estimator(db, model, **params) -> GreenplumCNN:
+    defaults = dict(batch_size=2, seed=1, database=db, threads_per_segment=1, verbose=0)
     return GreenplumCNN(model, **{**defaults, **params})
 
 
@@ -57,11 +54,11 @@ class Doubler(keras.layers.Layer):
         return x * 2
 
 
-def test_an_error_raised_inside_the_database_names_the_segment_and_the_exception(engine, table):
+def test_an_error_raised_inside_the_database_names_the_segment_and_the_exception(db, table):
     model = keras.Sequential(
         [keras.Input((8, 8, 1)), Doubler(), keras.layers.Flatten(), keras.layers.Dense(3)]
     )
-    est = estimator(engine, model, iterations=1)
+    est = estimator(db, model, iterations=1)
     with pytest.raises(TrainingError) as raised:
         est.fit(TABLE)  # the client rebuilds the model; the server cannot
     error = raised.value
@@ -77,18 +74,18 @@ def test_an_error_raised_inside_the_database_names_the_segment_and_the_exception
     assert "TypeError" in message and "Could not locate class 'Doubler'" in message
     assert "raised at gpcnn/kernel/segment.py" in message
     assert f"run {est.run_id_} stored no iteration" in message
-    assert runs.load_run(engine, est.run_id_).status == "failed"
+    assert runs.load_run(db, est.run_id_).status == "failed"
 
 
-def _training_pid(engine, info, key: int, timeout: float = 120) -> int:
+def _training_pid(db, info, key: int, timeout: float = 120) -> int:
     """The server process of this client that is training segment ``key``: the one whose
     training statement holds a lock on the key's partition (the table's rows on Greenplum)."""
-    rows = info.table.sql(engine.backend)
-    if engine.backend.partitioned:
-        rows = engine.backend.partition(info.table, key).sql(engine.backend)
+    rows = info.table.sql(db.backend)
+    if db.backend.partitioned:
+        rows = db.backend.partition(info.table, key).sql(db.backend)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        with engine.connect() as conn:  # a new transaction: pg_stat_activity is a snapshot
+        with db.connect() as conn:  # a new transaction: pg_stat_activity is a snapshot
             pid = conn.execute(
                 sa.text(
                     "SELECT a.pid FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid "
@@ -104,13 +101,14 @@ def _training_pid(engine, info, key: int, timeout: float = 120) -> int:
     raise AssertionError(f"no training statement of segment {key} within {timeout} s")
 
 
-def _stored_iterations(engine, run_id: int) -> list[dict]:
-    return runs.load_run(engine, run_id).iterations
+def _stored_iterations(db, run_id: int) -> list[dict]:
+    return runs.load_run(db, run_id).iterations
 
 
-def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table, capfd):
+@pytest.mark.slow
+def test_a_terminated_segment_backend_is_named_and_the_run_resumes(db, table, capfd):
     model = dense_net()
-    est = estimator(engine, model, iterations=3)
+    est = estimator(db, model, iterations=3)
     raised: list[BaseException] = []
 
     def fit():
@@ -123,13 +121,13 @@ def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table
     fitting.start()
     # One session per segment on PostgreSQL: terminate the second segment's; one for all otherwise.
     second = table.keys[1]
-    victims = [second] if engine.backend.per_segment_sessions else list(table.keys)
+    victims = [second] if db.backend.per_segment_sessions else list(table.keys)
     deadline = time.monotonic() + 120
-    while not (hasattr(est, "run_id_") and _stored_iterations(engine, est.run_id_)):
+    while not (hasattr(est, "run_id_") and _stored_iterations(db, est.run_id_)):
         assert fitting.is_alive() and time.monotonic() < deadline, raised
         time.sleep(0.05)
-    pid = _training_pid(engine, table, second)  # in iteration 2 or 3
-    with engine.connect() as conn:
+    pid = _training_pid(db, table, second)  # in iteration 2 or 3
+    with db.connect() as conn:
         assert conn.execute(sa.select(sa.func.pg_terminate_backend(pid))).scalar()
     fitting.join(120)
     assert not fitting.is_alive()
@@ -141,14 +139,14 @@ def test_a_terminated_segment_backend_is_named_and_the_run_resumes(engine, table
     assert "pg_terminate_backend" in message
     printed = capfd.readouterr().err  # the one error above, nothing printed from a thread
     assert "Traceback" not in printed and "Exception ignored" not in printed, printed
-    stored = _stored_iterations(engine, est.run_id_)
+    stored = _stored_iterations(db, est.run_id_)
     assert [r["iteration"] for r in stored] == [r["iteration"] for r in est.history_]
     assert f"run {est.run_id_} keeps iteration {len(stored)}: fit(table, resume=" in message
-    assert runs.load_run(engine, est.run_id_).status == "failed"
+    assert runs.load_run(db, est.run_id_).status == "failed"
 
-    resumed = estimator(engine, model, iterations=3).fit(TABLE, resume=est.run_id_)
+    resumed = estimator(db, model, iterations=3).fit(TABLE, resume=est.run_id_)
     assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
-    assert runs.load_run(engine, est.run_id_).status == "finished"
+    assert runs.load_run(db, est.run_id_).status == "finished"
 
 
 def test_greenplum_errors_name_the_segment_and_its_host():
@@ -191,14 +189,14 @@ def _close_idle_connections(*handles) -> None:
 
 
 @contextlib.contextmanager
-def refused(engine, event: str, condition: str, message: str, *idle):
+def refused(db, event: str, condition: str, message: str, *idle):
     """A trigger that makes the server refuse ``event`` on checkpoints (rows matching
-    ``condition``) with ``message``, while the block runs. The idle connections of ``engine`` and
+    ``condition``) with ``message``, while the block runs. The idle connections of ``db`` and
     of the handles ``idle`` are closed before each DDL (see ``_close_idle_connections``)."""
-    checkpoints = f"{engine.backend.qschema}.checkpoints"
-    refuse = f"{engine.backend.qschema}.refuse_checkpoints"
-    _close_idle_connections(engine, *idle)
-    with engine.begin() as conn:
+    checkpoints = f"{db.backend.qschema}.checkpoints"
+    refuse = f"{db.backend.qschema}.refuse_checkpoints"
+    _close_idle_connections(db, *idle)
+    with db.begin() as conn:
         conn.execute(
             sa.text(
                 f"CREATE FUNCTION {refuse}() RETURNS trigger LANGUAGE plpgsql AS "
@@ -212,19 +210,20 @@ def refused(engine, event: str, condition: str, message: str, *idle):
     try:
         yield
     finally:
-        _close_idle_connections(engine, *idle)
-        with engine.begin() as conn:
+        _close_idle_connections(db, *idle)
+        with db.begin() as conn:
             conn.exec_driver_sql(f"DROP TRIGGER refuse_checkpoints ON {checkpoints}")
             conn.exec_driver_sql(f"DROP FUNCTION {refuse}()")
 
 
-def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(engine, database, table):
+@pytest.mark.slow
+def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(db, native_db, table):
     """The retention rule's delete runs in the background while the next iteration trains: the
     server refusing it (a trigger here) fails the fit with the server's message before another
     iteration is stored, and the run resumes once the delete is allowed again."""
     model = dense_net()
-    est = estimator(engine, model, iterations=3, batch_size=100)
-    refusal = refused(engine, "DELETE", "", "the test refuses checkpoint deletes", database)
+    est = estimator(db, model, iterations=3, batch_size=100)
+    refusal = refused(db, "DELETE", "", "the test refuses checkpoint deletes", native_db)
     # Iteration 1's checkpoint is the first to go, after iteration 2; iteration 3 waits.
     with refusal, pytest.raises(TrainingError) as raised:
         est.fit(TABLE)
@@ -232,18 +231,18 @@ def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(engine, da
     assert "the retention rule failed in the database: the test refuses checkpoint deletes" in (
         message
     )
-    assert [r["iteration"] for r in _stored_iterations(engine, est.run_id_)] == [1, 2]
+    assert [r["iteration"] for r in _stored_iterations(db, est.run_id_)] == [1, 2]
     assert [r["iteration"] for r in est.history_] == [1, 2]
     assert f"run {est.run_id_} keeps iteration 2: fit(table, resume=" in message
-    assert runs.load_run(engine, est.run_id_).status == "failed"
+    assert runs.load_run(db, est.run_id_).status == "failed"
 
-    resumed = estimator(engine, model, iterations=3, batch_size=100).fit(TABLE, resume=est.run_id_)
+    resumed = estimator(db, model, iterations=3, batch_size=100).fit(TABLE, resume=est.run_id_)
     assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
-    shown = runs.show_run(engine, est.run_id_)
+    shown = runs.show_run(db, est.run_id_)
     assert shown["stored"]["weights"]["iterations"] == sorted(
         training.DEFAULT_RETENTION.keep(resumed.history_)
     )
-    runs.delete_runs(engine, [est.run_id_])
+    runs.delete_runs(db, [est.run_id_])
 
 
 def test_idempotent_work_whose_connection_was_lost_runs_once_more_and_other_errors_pass():
@@ -269,24 +268,25 @@ def test_idempotent_work_whose_connection_was_lost_runs_once_more_and_other_erro
     assert calls == [7, 7, "refused"]
 
 
-def test_a_refused_background_checkpoint_fails_the_fit_before_its_row_counts(engine, table):
+@pytest.mark.slow
+def test_a_refused_background_checkpoint_fails_the_fit_before_its_row_counts(db, table):
     """A rule that sends its start anyway (BMUF with Nesterov momentum) stores each checkpoint
     with its row in the background, while the next iteration trains: the server refusing
     iteration 2's checkpoint fails the fit with the server's message, neither that row nor a
     later one is stored, and the run resumes from iteration 1 once the write is allowed."""
     model = dense_net()
-    est = estimator(engine, model, iterations=3, batch_size=100, merge="bmuf")
-    refusal = refused(engine, "INSERT", "WHEN (NEW.iteration = 2)", "the test refuses checkpoint 2")
+    est = estimator(db, model, iterations=3, batch_size=100, merge="bmuf")
+    refusal = refused(db, "INSERT", "WHEN (NEW.iteration = 2)", "the test refuses checkpoint 2")
     with refusal, pytest.raises(TrainingError) as raised:
         est.fit(TABLE)
     assert "storing iteration 2 failed in the database: the test refuses checkpoint 2" in str(
         raised.value
     )
-    assert [r["iteration"] for r in _stored_iterations(engine, est.run_id_)] == [1]
-    assert runs.load_run(engine, est.run_id_).status == "failed"
+    assert [r["iteration"] for r in _stored_iterations(db, est.run_id_)] == [1]
+    assert runs.load_run(db, est.run_id_).status == "failed"
 
-    again = estimator(engine, model, iterations=3, batch_size=100, merge="bmuf")
+    again = estimator(db, model, iterations=3, batch_size=100, merge="bmuf")
     resumed = again.fit(TABLE, resume=est.run_id_)
     assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
-    assert [r["iteration"] for r in _stored_iterations(engine, est.run_id_)] == [1, 2, 3]
-    runs.delete_runs(engine, [est.run_id_])
+    assert [r["iteration"] for r in _stored_iterations(db, est.run_id_)] == [1, 2, 3]
+    runs.delete_runs(db, [est.run_id_])

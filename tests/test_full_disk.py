@@ -52,7 +52,7 @@ def _mount(path: Path) -> str | None:
 
 
 @pytest.fixture(scope="module")
-def disk(engine):
+def disk(db):
     """The mount point, its tablespace, and gpcnn installed in SCHEMA with its checkpoints there."""
     path = Path(tempfile.mkdtemp(prefix="gpcnn-disk-")) / "mnt"  # the server's user gets in
     path.parent.chmod(0o755)
@@ -62,7 +62,7 @@ def disk(engine):
     space = path / "pg"
     space.mkdir()
     shutil.chown(space, embedded.server_user())
-    admin = sa.create_engine(engine.url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    admin = sa.create_engine(db.url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     db = gpcnn.connect(conftest.database_url(), schema=SCHEMA)
     try:
         with admin.connect() as conn:

@@ -23,6 +23,8 @@ from gpcnn.data.tables import describe, load_images
 from gpcnn.fit import hopper, runs
 from gpcnn.kernel import segment, wire
 
+pytestmark = pytest.mark.every_dispatch
+
 keras = segment.keras_module()
 
 DATA_SCHEMA = "gpcnn_hopper_test"
@@ -33,29 +35,24 @@ COMMON = dict(batch_size=16, seed=11, threads_per_segment=1)
 
 
 @pytest.fixture(scope="module")
-def engine(engine_any_dispatch):
-    return engine_any_dispatch
-
-
-@pytest.fixture(scope="module")
-def tables(engine, schema):
+def tables(db, schema):
     images, labels = learnable_images(150)
     for name, segments in ((TRAIN, 2), (WIDE, 3)):
         load_images(
-            engine, name, images, labels, segments=segments, buffer_size=20, replace=True,
+            db, name, images, labels, segments=segments, buffer_size=20, replace=True,
             progress=False,
         )  # fmt: skip
-    load_images(engine, VALID, images[:60], labels[:60], segments=2, replace=True, progress=False)
-    return {"train": describe(engine, TRAIN), "wide": describe(engine, WIDE)}
+    load_images(db, VALID, images[:60], labels[:60], segments=2, replace=True, progress=False)
+    return {"train": describe(db, TRAIN), "wide": describe(db, WIDE)}
 
 
 def momentum():
     return keras.optimizers.SGD(0.05, momentum=0.9)
 
 
-def run_count(engine) -> int:
-    with engine.connect() as conn:
-        return conn.execute(sa.text(f"SELECT count(*) FROM {engine.schema}.runs")).scalar()
+def run_count(db) -> int:
+    with db.connect() as conn:
+        return conn.execute(sa.text(f"SELECT count(*) FROM {db.schema}.runs")).scalar()
 
 
 def test_fewer_models_than_segments_leave_segments_idle_and_each_model_visits_every_key():
@@ -93,34 +90,34 @@ def trained_in_process(model, buffers, keys, epochs):
 
 
 def test_one_model_under_the_hopper_equals_sequential_training_in_the_visiting_order(
-    engine, tables
+    db, tables
 ):
     model = tiny_cnn()
     [est] = gpcnn.fit_multiple(
-        engine, TRAIN, [{"model": model, "optimizer": momentum()}], epochs=2,
+        db, TRAIN, [{"model": model, "optimizer": momentum()}], epochs=2,
         learning_rate=None, **COMMON,
     )  # fmt: skip
     keys = list(tables["train"].keys)
-    want = trained_in_process(model, shards(engine, tables["train"]), keys, 2)
+    want = trained_in_process(model, shards(db, tables["train"]), keys, 2)
     np.testing.assert_array_equal(wire.flatten(est.model_.get_weights()), want)
     assert [row["images"] for row in est.history_] == [150, 150]
-    assert runs.load_run(engine, est.run_id_).status == "finished"
+    assert runs.load_run(db, est.run_id_).status == "finished"
 
 
 def test_models_rotate_over_three_segments_and_a_resumed_search_equals_an_uninterrupted_one(
-    engine, tables
+    db, tables
 ):
     configs = [
         {"model": dense_net(), "learning_rate": 0.05},
         {"model": dense_net(), "learning_rate": 0.01},
     ]
-    whole = gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, validation_table=VALID, **COMMON)
+    whole = gpcnn.fit_multiple(db, WIDE, configs, epochs=2, validation_table=VALID, **COMMON)
     assert all([r["images"] for r in est.history_] == [150, 150] for est in whole)
     assert all("val_accuracy" in est.history_[-1] for est in whole)
-    first = gpcnn.fit_multiple(engine, WIDE, configs, epochs=1, validation_table=VALID, **COMMON)
+    first = gpcnn.fit_multiple(db, WIDE, configs, epochs=1, validation_table=VALID, **COMMON)
     ids = [est.run_id_ for est in first]
     resumed = gpcnn.fit_multiple(
-        engine, WIDE, configs, epochs=2, validation_table=VALID, resume=ids, **COMMON
+        db, WIDE, configs, epochs=2, validation_table=VALID, resume=ids, **COMMON
     )
     for a, b in zip(whole, resumed, strict=True):
         np.testing.assert_array_equal(
@@ -131,7 +128,7 @@ def test_models_rotate_over_three_segments_and_a_resumed_search_equals_an_uninte
 
 
 def test_a_run_resumed_beside_one_an_epoch_ahead_keeps_its_own_place_in_the_rotation(
-    engine, tables
+    db, tables
 ):
     """A client killed between two runs' rows of one epoch leaves them an epoch apart: the one
     behind must still visit the keys in its own order, not the order of a search of one."""
@@ -139,38 +136,38 @@ def test_a_run_resumed_beside_one_an_epoch_ahead_keeps_its_own_place_in_the_rota
         {"model": dense_net(), "learning_rate": 0.05},
         {"model": dense_net(), "learning_rate": 0.01},
     ]
-    whole = gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, **COMMON)
-    behind = gpcnn.fit_multiple(engine, WIDE, configs, epochs=1, **COMMON)
+    whole = gpcnn.fit_multiple(db, WIDE, configs, epochs=2, **COMMON)
+    behind = gpcnn.fit_multiple(db, WIDE, configs, epochs=1, **COMMON)
     ids = [whole[0].run_id_, behind[1].run_id_]
-    mixed = gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, resume=ids, **COMMON)
+    mixed = gpcnn.fit_multiple(db, WIDE, configs, epochs=2, resume=ids, **COMMON)
     for a, b in zip(whole, mixed, strict=True):
         np.testing.assert_array_equal(
             wire.flatten(a.model_.get_weights()), wire.flatten(b.model_.get_weights())
         )
-    assert [len(runs.load_run(engine, i).iterations) for i in ids] == [2, 2]
+    assert [len(runs.load_run(db, i).iterations) for i in ids] == [2, 2]
 
 
-def test_a_resume_naming_the_runs_in_another_order_is_refused_before_any_training(engine, tables):
+def test_a_resume_naming_the_runs_in_another_order_is_refused_before_any_training(db, tables):
     configs = [
         {"model": dense_net(), "learning_rate": 0.05},
         {"model": dense_net(), "learning_rate": 0.01},
     ]
-    ids = [est.run_id_ for est in gpcnn.fit_multiple(engine, WIDE, configs, epochs=1, **COMMON)]
+    ids = [est.run_id_ for est in gpcnn.fit_multiple(db, WIDE, configs, epochs=1, **COMMON)]
     with pytest.raises(
         ValueError, match=r"at another place in the search \(configuration 1 of 2\)"
     ):
-        gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, resume=ids[::-1], **COMMON)
+        gpcnn.fit_multiple(db, WIDE, configs, epochs=2, resume=ids[::-1], **COMMON)
     with pytest.raises(ValueError, match=r"run \d+ was started with other parameters"):
-        gpcnn.fit_multiple(engine, WIDE, configs, epochs=2, resume=ids, batch_size=8, seed=11)
-    assert [len(runs.load_run(engine, i).iterations) for i in ids] == [1, 1]
+        gpcnn.fit_multiple(db, WIDE, configs, epochs=2, resume=ids, batch_size=8, seed=11)
+    assert [len(runs.load_run(db, i).iterations) for i in ids] == [1, 1]
 
 
-def test_a_configurations_run_is_not_resumed_by_a_plain_fit_under_a_merge_rule(engine, tables):
-    (est,) = gpcnn.fit_multiple(engine, TRAIN, [{"model": dense_net()}], epochs=1, **COMMON)
-    plain = gpcnn.GreenplumCNN(dense_net(), iterations=2, database=engine, **COMMON)
+def test_a_configurations_run_is_not_resumed_by_a_plain_fit_under_a_merge_rule(db, tables):
+    (est,) = gpcnn.fit_multiple(db, TRAIN, [{"model": dense_net()}], epochs=1, **COMMON)
+    plain = gpcnn.GreenplumCNN(dense_net(), iterations=2, database=db, **COMMON)
     with pytest.raises(ValueError, match=rf"run {est.run_id_} is one configuration .*fit_multiple"):
         plain.fit(TRAIN, resume=est.run_id_)
-    assert len(runs.load_run(engine, est.run_id_).iterations) == 1
+    assert len(runs.load_run(db, est.run_id_).iterations) == 1
 
 
 @pytest.mark.parametrize(
@@ -181,26 +178,26 @@ def test_a_configurations_run_is_not_resumed_by_a_plain_fit_under_a_merge_rule(e
         ({"model": dense_net(), "merge": "bmuf"}, "the hopper sets merge"),
     ],
 )
-def test_a_bad_configuration_is_refused_before_any_run_naming_it(engine, tables, bad, named):
-    before = run_count(engine)
+def test_a_bad_configuration_is_refused_before_any_run_naming_it(db, tables, bad, named):
+    before = run_count(db)
     with pytest.raises(ValueError, match=named.replace("(", r"\(")):
-        gpcnn.fit_multiple(engine, TRAIN, [{"model": dense_net()}, bad], **COMMON)
-    assert run_count(engine) == before
+        gpcnn.fit_multiple(db, TRAIN, [{"model": dense_net()}, bad], **COMMON)
+    assert run_count(db) == before
 
 
-def test_a_duplicate_configuration_is_refused_naming_both(engine, tables):
+def test_a_duplicate_configuration_is_refused_naming_both(db, tables):
     net = dense_net()
     configs = [{"model": net, "learning_rate": 0.1}, {"model": net, "learning_rate": 0.1}]
     with pytest.raises(ValueError, match=r"configuration 1 .* duplicates configuration 0"):
-        gpcnn.fit_multiple(engine, TRAIN, configs, **COMMON)
+        gpcnn.fit_multiple(db, TRAIN, configs, **COMMON)
 
 
 def test_a_search_picks_the_best_configuration_which_evaluates_and_predicts_into_a_table(
-    engine, tables
+    db, tables
 ):
     search = gpcnn.GreenplumModelSearch(
         {"learning_rate": [0.0001, 0.1], "batch_size": [16]},
-        epochs=2, validation_table=VALID, database=engine,
+        epochs=2, validation_table=VALID, database=db,
         estimator_params={"model": dense_net(), "seed": 11, "threads_per_segment": 1},
     )  # fmt: skip
     search.fit(TRAIN)
@@ -208,7 +205,7 @@ def test_a_search_picks_the_best_configuration_which_evaluates_and_predicts_into
     assert search.best_params_["learning_rate"] == 0.1
     assert 0 <= search.estimators_[0].evaluate(VALID)["accuracy"] <= 1
     out = search.predict(VALID, output_table=f"{DATA_SCHEMA}.hopper_pred", replace=True)
-    with engine.connect() as conn:
+    with db.connect() as conn:
         assert conn.execute(sa.text(f"SELECT count(*) FROM {out}")).scalar() == 60
 
 
@@ -226,19 +223,20 @@ gpcnn.fit_multiple(db, table, configs, epochs=100, batch_size=16, seed=11, threa
 """
 
 
+@pytest.mark.slow
 def test_a_search_whose_client_is_killed_resumes_from_each_runs_last_epoch_exactly(
-    database, schema
+    native_db, schema
 ):
     """Native dispatch only (a child process's start is the cost; resume in both modes is the
     test above), on a table of its own."""
     from conftest import database_url
 
-    engine, table = database, f"{DATA_SCHEMA}.killed"
+    table = f"{DATA_SCHEMA}.killed"
     images, labels = learnable_images(90)
-    load_images(engine, table, images, labels, segments=3, buffer_size=30, replace=True,
+    load_images(native_db, table, images, labels, segments=3, buffer_size=30, replace=True,
                 progress=False)  # fmt: skip
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, database_url() or "-", schema, engine.dispatch or "-", table],
+        [sys.executable, "-c", CHILD, database_url() or "-", schema, native_db.dispatch or "-", table],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
@@ -246,25 +244,25 @@ def test_a_search_whose_client_is_killed_resumes_from_each_runs_last_epoch_exact
     try:
         ids = json.loads(child.stdout.readline())
         deadline = time.monotonic() + 300
-        while min(len(runs.load_run(engine, i).iterations) for i in ids) < 1:
+        while min(len(runs.load_run(native_db, i).iterations) for i in ids) < 1:
             assert time.monotonic() < deadline and child.poll() is None
             time.sleep(0.05)
     finally:
         child.kill()
         child.wait()
-    stored = [len(runs.load_run(engine, i).iterations) for i in ids]
+    stored = [len(runs.load_run(native_db, i).iterations) for i in ids]
     epochs = max(stored) + 1
     configs = [
         {"model": dense_net(), "learning_rate": 0.05},
         {"model": dense_net(), "learning_rate": 0.01},
     ]
-    resumed = gpcnn.fit_multiple(engine, table, configs, epochs=epochs, resume=ids, **COMMON)
-    whole = gpcnn.fit_multiple(engine, table, configs, epochs=epochs, **COMMON)
+    resumed = gpcnn.fit_multiple(native_db, table, configs, epochs=epochs, resume=ids, **COMMON)
+    whole = gpcnn.fit_multiple(native_db, table, configs, epochs=epochs, **COMMON)
     for a, b in zip(whole, resumed, strict=True):
         np.testing.assert_array_equal(
             wire.flatten(a.model_.get_weights()), wire.flatten(b.model_.get_weights())
         )
-    assert all(runs.load_run(engine, i).status == "finished" for i in ids)
+    assert all(runs.load_run(native_db, i).status == "finished" for i in ids)
 
 
 def test_study_part_h_plans_each_configuration_under_the_hopper_and_each_merge():

@@ -23,6 +23,8 @@ from gpcnn.data.tables import TableName, drop_table, load_images
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
 
+pytestmark = pytest.mark.slow  # each test starts a client process and its segments
+
 DATA_SCHEMA = "gpcnn_interrupts_test"
 TABLE = f"{DATA_SCHEMA}.train"
 CHILD = Path(__file__).parent / "children" / "interrupted.py"
@@ -30,7 +32,7 @@ STOPPED_WITHIN = 5.0  # seconds from SIGINT until no server process works for th
 
 
 @pytest.fixture(scope="module")
-def table(engine):
+def table(db):
     """2 segments of 600 images: with batch_size=2, an iteration lasts about a second. A cancel
     takes effect between buffers, so buffers of 50 (25 steps) keep the wait for one short on a
     loaded machine."""
@@ -38,20 +40,20 @@ def table(engine):
     images = rng.integers(0, 255, (1200, 8, 8), dtype=np.uint8)
     labels = rng.integers(0, 3, 1200)
     load_images(
-        engine, TABLE, images, labels, segments=2, buffer_size=50, replace=True, progress=False
+        db, TABLE, images, labels, segments=2, buffer_size=50, replace=True, progress=False
     )
     return TABLE
 
 
 @pytest.fixture(scope="module")
-def many_buffers(engine):
+def many_buffers(db):
     """20,000 images in buffers of 10: evaluating or predicting it lasts seconds."""
     rng = np.random.default_rng(6)
     images = rng.integers(0, 255, (20_000, 8, 8), dtype=np.uint8)
     labels = rng.integers(0, 3, 20_000)
     name = f"{DATA_SCHEMA}.many_buffers"
     load_images(
-        engine, name, images, labels, segments=2, buffer_size=10, replace=True, progress=False
+        db, name, images, labels, segments=2, buffer_size=10, replace=True, progress=False
     )
     return name
 
@@ -59,11 +61,11 @@ def many_buffers(engine):
 class Child:
     """The child process and what it printed to stderr so far."""
 
-    def __init__(self, engine, table: str, stderr: Path) -> None:
-        url = engine.url.render_as_string(hide_password=False)
+    def __init__(self, db, table: str, stderr: Path) -> None:
+        url = db.url.render_as_string(hide_password=False)
         self.stderr_path = stderr
         self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), url, engine.schema, table],
+            [sys.executable, str(CHILD), url, db.schema, table],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr.open("w"),
@@ -99,16 +101,16 @@ class Child:
 
 
 @pytest.fixture
-def child(engine, table, tmp_path):
+def child(db, table, tmp_path):
     """A child of its own per test: one that failed mid-call never feeds its output to the next."""
-    started = Child(engine, table, tmp_path / "stderr.txt")
+    started = Child(db, table, tmp_path / "stderr.txt")
     yield started
     started.close()
 
 
-def _active(engine, child: Child, like: str = "%") -> list[int]:
+def _active(db, child: Child, like: str = "%") -> list[int]:
     """The child's server processes running a statement (``like`` its text)."""
-    with engine.connect() as conn:
+    with db.connect() as conn:
         return list(
             conn.execute(
                 sa.text(
@@ -120,27 +122,27 @@ def _active(engine, child: Child, like: str = "%") -> list[int]:
         )
 
 
-def _count(engine, sql: str, **params) -> int:
-    with engine.connect() as conn:
+def _count(db, sql: str, **params) -> int:
+    with db.connect() as conn:
         return conn.execute(sa.text(sql), params).scalar()
 
 
-def _exists(engine, table: str) -> bool:
+def _exists(db, table: str) -> bool:
     """Whether the schema-qualified table exists (other tests leave tables of the same name)."""
-    return _count(engine, "SELECT count(*) FROM pg_class WHERE oid = to_regclass(:t)", t=table) > 0
+    return _count(db, "SELECT count(*) FROM pg_class WHERE oid = to_regclass(:t)", t=table) > 0
 
 
-def _leftovers(engine) -> dict:
+def _leftovers(db) -> dict:
     """What an interrupted call may leave: transfer rows and staging tables."""
     return {
-        "transfers": _count(engine, f"SELECT count(*) FROM {engine.backend.qschema}.transfers"),
+        "transfers": _count(db, f"SELECT count(*) FROM {db.backend.qschema}.transfers"),
         "staging": _count(
-            engine, "SELECT count(*) FROM pg_class WHERE relname LIKE '%\\_\\_gpcnn\\_staging%'"
+            db, "SELECT count(*) FROM pg_class WHERE relname LIKE '%\\_\\_gpcnn\\_staging%'"
         ),
     }
 
 
-def _interrupted(engine, child: Child, ready, warm: bool = False, timeout: float = 120) -> dict:
+def _interrupted(db, child: Child, ready, warm: bool = False, timeout: float = 120) -> dict:
     """SIGINT once ``ready()`` (after the child's sessions are ``warm``, if it warms them);
     checks that the child's server processes stop within 5 s and that nothing reached stderr.
     Returns the child's report."""
@@ -153,7 +155,7 @@ def _interrupted(engine, child: Child, ready, warm: bool = False, timeout: float
         time.sleep(0.02)
     child.process.send_signal(signal.SIGINT)
     sent = time.monotonic()
-    while working := _active(engine, child):
+    while working := _active(db, child):
         waited = time.monotonic() - sent
         assert waited < STOPPED_WITHIN, f"{working} still active {waited:.2f} s after SIGINT"
         time.sleep(0.05)
@@ -164,71 +166,71 @@ def _interrupted(engine, child: Child, ready, warm: bool = False, timeout: float
     return result
 
 
-def _newest_run(engine) -> runs.StoredRun | None:
-    found = [r for r in runs.list_runs(engine) if r["table"] == TABLE]
-    return runs.load_run(engine, found[-1]["run_id"]) if found else None
+def _newest_run(db) -> runs.StoredRun | None:
+    found = [r for r in runs.list_runs(db) if r["table"] == TABLE]
+    return runs.load_run(db, found[-1]["run_id"]) if found else None
 
 
-def test_ctrl_c_during_a_fit_stops_its_segments_and_the_interrupted_run_resumes(engine, child):
-    before = _leftovers(engine)
-    known = _newest_run(engine)
+def test_ctrl_c_during_a_fit_stops_its_segments_and_the_interrupted_run_resumes(db, child):
+    before = _leftovers(db)
+    known = _newest_run(db)
     known_id = None if known is None else known.run_id
 
     def training():
-        run = _newest_run(engine)
+        run = _newest_run(db)
         return (
             run is not None
             and run.run_id != known_id
             and run.iterations
-            and _active(engine, child, "%.train(%")
+            and _active(db, child, "%.train(%")
         )
 
     child.send(call="fit", iterations=30)
-    result = _interrupted(engine, child, training)
-    assert _leftovers(engine) == before
-    run = runs.load_run(engine, result["run_id"])
+    result = _interrupted(db, child, training)
+    assert _leftovers(db) == before
+    run = runs.load_run(db, result["run_id"])
     assert run.status == "interrupted"
     stored = [row["iteration"] for row in run.iterations]
     assert stored == result["history"] == list(range(1, len(stored) + 1))
-    assert runs.list_runs(engine, [run.run_id])[0]["error"].startswith("KeyboardInterrupt")
+    assert runs.list_runs(db, [run.run_id])[0]["error"].startswith("KeyboardInterrupt")
     same = GreenplumCNN(dense_net(), iterations=30, batch_size=2, seed=1, threads_per_segment=1)
-    assert runs.find_unfinished(engine, TABLE, same.stored_params()) == run.run_id
+    assert runs.find_unfinished(db, TABLE, same.stored_params()) == run.run_id
 
     total = len(stored) + 1
     child.send(call="fit", iterations=total, resume=run.run_id)
     resumed = child.result()
     assert resumed["raised"] is None, resumed
     assert resumed["history"] == list(range(1, total + 1))
-    assert runs.load_run(engine, run.run_id).status == "finished"
-    runs.delete_runs(engine, [run.run_id])
+    assert runs.load_run(db, run.run_id).status == "finished"
+    runs.delete_runs(db, [run.run_id])
 
 
-def test_ctrl_c_during_evaluate_stops_its_segments(engine, child, many_buffers):
-    before = _leftovers(engine)
+def test_ctrl_c_during_evaluate_stops_its_segments(db, child, many_buffers):
+    before = _leftovers(db)
     child.send(call="evaluate", table=many_buffers)
-    _interrupted(engine, child, lambda: _active(engine, child, "%evaluate(%"), warm=True)
-    assert _leftovers(engine) == before
+    _interrupted(db, child, lambda: _active(db, child, "%evaluate(%"), warm=True)
+    assert _leftovers(db) == before
 
 
-def test_ctrl_c_during_a_prediction_into_a_table_leaves_no_table(engine, child, many_buffers):
-    before = _leftovers(engine)
+def test_ctrl_c_during_a_prediction_into_a_table_leaves_no_table(db, child, many_buffers):
+    before = _leftovers(db)
     output = f"{DATA_SCHEMA}.predicted"
-    with engine.begin() as conn:  # what a run that failed here made
-        conn.exec_driver_sql(engine.backend.drop_ddl(TableName.parse(output), if_exists=True))
+    with db.begin() as conn:  # what a run that failed here made
+        conn.exec_driver_sql(db.backend.drop_ddl(TableName.parse(output), if_exists=True))
     child.send(call="predict", table=many_buffers, output=output)
-    _interrupted(engine, child, lambda: _active(engine, child, "INSERT INTO%"), warm=True)
-    assert _leftovers(engine) == before
-    assert not _exists(engine, output)
+    _interrupted(db, child, lambda: _active(db, child, "INSERT INTO%"), warm=True)
+    assert _leftovers(db) == before
+    assert not _exists(db, output)
 
 
-def test_ctrl_c_during_a_load_leaves_no_table_and_no_catalog_row(engine, child):
-    before = _leftovers(engine)
+def test_ctrl_c_during_a_load_leaves_no_table_and_no_catalog_row(db, child):
+    before = _leftovers(db)
     output = f"{DATA_SCHEMA}.loaded"
-    drop_table(engine, output, missing_ok=True)  # what a run that failed here made
+    drop_table(db, output, missing_ok=True)  # what a run that failed here made
     child.send(call="load", output=output, images=1_500_000)
-    _interrupted(engine, child, lambda: _active(engine, child, "COPY%"))
-    assert _leftovers(engine) == before
-    assert not _exists(engine, output)
-    catalog = f"{engine.backend.qschema}.image_tables"
+    _interrupted(db, child, lambda: _active(db, child, "COPY%"))
+    assert _leftovers(db) == before
+    assert not _exists(db, output)
+    catalog = f"{db.backend.qschema}.image_tables"
     rows = f"SELECT count(*) FROM {catalog} WHERE table_schema = :s AND table_name = 'loaded'"
-    assert _count(engine, rows, s=DATA_SCHEMA) == 0
+    assert _count(db, rows, s=DATA_SCHEMA) == 0

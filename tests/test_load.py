@@ -37,41 +37,42 @@ def images(seed: int, n: int):
 
 
 @pytest.fixture(scope="module")
-def tables(engine):
+def tables(db):
     names = [f"{DATA}.first", f"{DATA}.second"]
     for seed, name in enumerate(names):
-        load_images(engine, name, *images(seed, 120), segments=2, replace=True, progress=False)
-    with engine.begin() as conn:  # what an earlier run of this module made
+        load_images(db, name, *images(seed, 120), segments=2, replace=True, progress=False)
+    with db.begin() as conn:  # what an earlier run of this module made
         for name in ("pred_alone", "pred_0", "pred_1"):
             conn.exec_driver_sql(f"DROP TABLE IF EXISTS {DATA}.{name} CASCADE")
     for name in ("load_alone", "load_0", "load_1"):
-        gpcnn.drop_table(engine, f"{DATA}.{name}", missing_ok=True)
+        gpcnn.drop_table(db, f"{DATA}.{name}", missing_ok=True)
     return names
 
 
-def _predictions(engine, table: str) -> list[tuple]:
-    with engine.connect() as conn:
+def _predictions(db, table: str) -> list[tuple]:
+    with db.connect() as conn:
         return conn.exec_driver_sql(f"SELECT * FROM {table} ORDER BY 1").all()
 
 
-def test_fits_loads_and_predictions_at_once_each_equal_the_call_alone(engine, tables, tmp_path):
-    alone = {name: estimator(engine).fit(name) for name in tables}
+@pytest.mark.slow
+def test_fits_loads_and_predictions_at_once_each_equal_the_call_alone(db, tables, tmp_path):
+    alone = {name: estimator(db).fit(name) for name in tables}
     weights = {name: wire.flatten(est.model_.get_weights()) for name, est in alone.items()}
     saved = tmp_path / "first.keras"
     alone[tables[0]].save(saved)
     alone[tables[0]].predict(tables[0], output_table=f"{DATA}.pred_alone")
-    predicted = _predictions(engine, f"{DATA}.pred_alone")
-    load_images(engine, f"{DATA}.load_alone", *images(9, LOADED), segments=2, progress=False)
-    loaded = read_images(engine, f"{DATA}.load_alone", ids=True)
+    predicted = _predictions(db, f"{DATA}.pred_alone")
+    load_images(db, f"{DATA}.load_alone", *images(9, LOADED), segments=2, progress=False)
+    loaded = read_images(db, f"{DATA}.load_alone", ids=True)
 
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     fits = [tables[0], tables[0], tables[1], tables[1]]
     jobs = [
-        [str(CHILDREN / "fit.py"), url, engine.schema, name, str(tmp_path / f"{i}.npy"),
+        [str(CHILDREN / "fit.py"), url, db.schema, name, str(tmp_path / f"{i}.npy"),
          f"{__name__}:estimator"]
         for i, name in enumerate(fits)
     ] + [
-        [str(CHILDREN / "call.py"), url, engine.schema, json.dumps(job)]
+        [str(CHILDREN / "call.py"), url, db.schema, json.dumps(job)]
         for job in [
             *({"call": "load", "table": f"{DATA}.load_{i}", "seed": 9, "images": LOADED}
               for i in range(2)),
@@ -82,16 +83,16 @@ def test_fits_loads_and_predictions_at_once_each_equal_the_call_alone(engine, ta
     reports = run_together(jobs)
     for i, name in enumerate(fits):
         np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), weights[name])
-        stored = runs.load_run(engine, reports[i]["run_id"])
+        stored = runs.load_run(db, reports[i]["run_id"])
         assert (stored.status, len(stored.iterations), stored.table) == ("finished", 2, name)
     for i in range(2):
         for mine, theirs in zip(
-            read_images(engine, f"{DATA}.load_{i}", ids=True), loaded, strict=True
+            read_images(db, f"{DATA}.load_{i}", ids=True), loaded, strict=True
         ):
             np.testing.assert_array_equal(mine, theirs)
-        info = describe(engine, f"{DATA}.load_{i}")
+        info = describe(db, f"{DATA}.load_{i}")
         assert (info.images, info.segments) == (LOADED, 2)
-        assert _predictions(engine, f"{DATA}.pred_{i}") == predicted
-    with engine.connect() as conn:  # no lock is still waited for
+        assert _predictions(db, f"{DATA}.pred_{i}") == predicted
+    with db.connect() as conn:  # no lock is still waited for
         waiting = conn.execute(sa.text("SELECT count(*) FROM pg_locks WHERE NOT granted"))
         assert waiting.scalar() == 0

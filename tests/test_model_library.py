@@ -21,79 +21,79 @@ DATA = "gpcnn_library_test"
 
 
 @pytest.fixture(scope="module")
-def table(engine):
+def table(db):
     x, y = learnable_images(60)
     name = f"{DATA}.images"
-    load_images(engine, name, x, y, ids=500 + np.arange(len(y)), segments=2, buffer_size=20,
+    load_images(db, name, x, y, ids=500 + np.arange(len(y)), segments=2, buffer_size=20,
                 class_names=["a", "b", "c"], replace=True, progress=False)  # fmt: skip
     return name
 
 
 @pytest.fixture()
-def stored(engine):
+def stored(db):
     names = []
 
     def store(name, model, **options):
-        names.append(gpcnn.store_model(engine, name, model, **options))
+        names.append(gpcnn.store_model(db, name, model, **options))
         return name
 
     yield store
     for name in names:
-        gpcnn.delete_model(engine, name)
+        gpcnn.delete_model(db, name)
 
 
-def test_a_stored_model_loads_back_with_its_architecture_and_weights(engine, stored):
+def test_a_stored_model_loads_back_with_its_architecture_and_weights(db, stored):
     model = tiny_cnn()
     stored("lib-tiny", model, description="conv then dense")
-    loaded = gpcnn.load_model(engine, "lib-tiny")
+    loaded = gpcnn.load_model(db, "lib-tiny")
     assert loaded.to_json() == model.to_json()
     np.testing.assert_array_equal(
         wire.flatten(loaded.get_weights()), wire.flatten(model.get_weights())
     )
-    (row,) = [m for m in gpcnn.list_models(engine) if m["name"] == "lib-tiny"]
+    (row,) = [m for m in gpcnn.list_models(db) if m["name"] == "lib-tiny"]
     assert row["weights"] and row["description"] == "conv then dense"
     assert row["stored_bytes"] == 4 * model.count_params()
-    with engine.connect() as conn:
-        assert Catalog(conn, engine.backend).shape() == SHAPE_VERSION
+    with db.connect() as conn:
+        assert Catalog(conn, db.backend).shape() == SHAPE_VERSION
 
 
-def test_an_architecture_stored_without_weights_is_built_with_fresh_ones(engine, stored):
+def test_an_architecture_stored_without_weights_is_built_with_fresh_ones(db, stored):
     stored("lib-bare", dense_net(), weights=False)
-    (row,) = [m for m in gpcnn.list_models(engine) if m["name"] == "lib-bare"]
+    (row,) = [m for m in gpcnn.list_models(db) if m["name"] == "lib-bare"]
     assert not row["weights"] and row["stored_bytes"] == 0
-    assert gpcnn.load_model(engine, "lib-bare").count_params() == dense_net().count_params()
+    assert gpcnn.load_model(db, "lib-bare").count_params() == dense_net().count_params()
 
 
 def test_a_name_is_not_overwritten_without_replace_and_delete_says_whether_it_was_there(
-    engine, stored
+    db, stored
 ):
     stored("lib-once", dense_net())
     with pytest.raises(ValueError, match="pass replace=True"):
-        gpcnn.store_model(engine, "lib-once", tiny_cnn())
-    gpcnn.store_model(engine, "lib-once", tiny_cnn(), replace=True)
-    layers = [type(layer).__name__ for layer in gpcnn.load_model(engine, "lib-once").layers]
+        gpcnn.store_model(db, "lib-once", tiny_cnn())
+    gpcnn.store_model(db, "lib-once", tiny_cnn(), replace=True)
+    layers = [type(layer).__name__ for layer in gpcnn.load_model(db, "lib-once").layers]
     assert layers == ["Conv2D", "Flatten", "Dense"]
-    assert gpcnn.delete_model(engine, "lib-once") is True
-    assert gpcnn.delete_model(engine, "lib-once") is False
+    assert gpcnn.delete_model(db, "lib-once") is True
+    assert gpcnn.delete_model(db, "lib-once") is False
     with pytest.raises(ValueError, match=r"no model 'lib-once'.*store_model"):
-        gpcnn.load_model(engine, "lib-once")
+        gpcnn.load_model(db, "lib-once")
 
 
-def test_a_lambda_layer_is_refused_before_anything_is_stored(engine):
+def test_a_lambda_layer_is_refused_before_anything_is_stored(db):
     model = keras.Sequential(
         [keras.Input((8, 8, 1)), keras.layers.Lambda(lambda t: t * 2), keras.layers.Flatten(),
          keras.layers.Dense(3, activation="softmax")]
     )  # fmt: skip
     with pytest.raises(ValueError, match=r"safe mode.*Lambda"):
-        gpcnn.store_model(engine, "lib-lambda", model)
-    assert "lib-lambda" not in [m["name"] for m in gpcnn.list_models(engine)]
+        gpcnn.store_model(db, "lib-lambda", model)
+    assert "lib-lambda" not in [m["name"] for m in gpcnn.list_models(db)]
 
 
-def test_the_estimator_fits_a_stored_model_from_its_stored_weights(engine, table, stored):
+def test_the_estimator_fits_a_stored_model_from_its_stored_weights(db, table, stored):
     model = dense_net()
     model.set_weights([w + 0.25 for w in model.get_weights()])
     stored("lib-start", model)
-    common = dict(iterations=1, learning_rate=0.05, batch_size=16, seed=3, database=engine,
+    common = dict(iterations=1, learning_rate=0.05, batch_size=16, seed=3, database=db,
                   threads_per_segment=1, verbose=0)  # fmt: skip
     by_name = GreenplumCNN("lib-start", **common).fit(table)
     by_object = GreenplumCNN(model, **common).fit(table)
@@ -104,41 +104,41 @@ def test_the_estimator_fits_a_stored_model_from_its_stored_weights(engine, table
 
 
 def test_predict_without_fit_writes_the_estimators_tables_and_matches_local_keras(
-    engine, table, stored
+    db, table, stored
 ):
     model = tiny_cnn()
     stored("lib-predict", model)
-    x, _, ids = read_images(engine, table, ids=True)
+    x, _, ids = read_images(db, table, ids=True)
     local = np.asarray(model.predict(model_input(x), verbose=0))
-    back = gpcnn.predict(engine, "lib-predict", table, pred_type="prob", threads_per_segment=1)
+    back = gpcnn.predict(db, "lib-predict", table, pred_type="prob", threads_per_segment=1)
     np.testing.assert_allclose(back, local, atol=1e-6)
-    np.testing.assert_array_equal(gpcnn.predict(engine, model, table), np.argmax(local, axis=1))
+    np.testing.assert_array_equal(gpcnn.predict(db, model, table), np.argmax(local, axis=1))
 
     out = f"{DATA}.predicted"
     by_id = dict(zip(ids.tolist(), local, strict=True))
-    assert gpcnn.predict(engine, "lib-predict", table, output_table=out, replace=True) == out
-    with engine.connect() as conn:
+    assert gpcnn.predict(db, "lib-predict", table, output_table=out, replace=True) == out
+    with db.connect() as conn:
         rows = conn.execute(sa.text(f"SELECT * FROM {out} ORDER BY id")).all()
     assert [r.id for r in rows] == sorted(by_id)
     for r in rows:
         assert r.class_value == int(np.argmax(by_id[r.id]))
         assert r.class_name == "abc"[r.class_value]
         assert r.prob == pytest.approx(float(by_id[r.id].max()), abs=1e-6)
-    gpcnn.predict(engine, model, table, output_table=out, pred_type="topk", top_k=2, replace=True)
-    with engine.connect() as conn:
+    gpcnn.predict(db, model, table, output_table=out, pred_type="topk", top_k=2, replace=True)
+    with db.connect() as conn:
         assert conn.execute(sa.text(f"SELECT count(*) FROM {out}")).scalar() == 2 * len(ids)
     with pytest.raises(ValueError, match="writes a table: pass output_table"):
-        gpcnn.predict(engine, model, table, pred_type="topk", top_k=2)
+        gpcnn.predict(db, model, table, pred_type="topk", top_k=2)
 
 
-def test_the_command_line_lists_shows_and_deletes_stored_models(engine, capsys):
+def test_the_command_line_lists_shows_and_deletes_stored_models(db, capsys):
     from gpcnn.tools import cli
 
     model = dense_net()
     model.layers[-1].trainable = False
-    gpcnn.store_model(engine, "lib-cli", model, description="for the CLI", replace=True)
-    base = ["--database", engine.url.render_as_string(hide_password=False), "--schema",
-            engine.schema]  # fmt: skip
+    gpcnn.store_model(db, "lib-cli", model, description="for the CLI", replace=True)
+    base = ["--database", db.url.render_as_string(hide_password=False), "--schema",
+            db.schema]  # fmt: skip
     assert cli.main(["models", "list", *base]) == 0
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("lib-cli ")]
     assert "weights 0.0 MB" in line and line.endswith("for the CLI")

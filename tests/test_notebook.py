@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "convergence.ipynb"
@@ -18,10 +19,11 @@ def test_the_notebook_is_committed_without_outputs():
     assert [c for c in code if "parameters" in c.metadata.get("tags", [])]
 
 
-def test_the_notebook_runs_top_to_bottom_on_tiny_data(engine, schema, tmp_path):
+@pytest.mark.slow
+def test_the_notebook_runs_top_to_bottom_on_tiny_data(db, schema, tmp_path):
     nb = nbformat.read(NOTEBOOK, as_version=4)
     (parameters,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     parameters.source = (
         'DATASET = "mnist-sample"\nLIMIT = 400\nSEGMENTS = 2\nITERATIONS = 2\n'
         'RULES = ["average", "bmuf"]\nLEARNING_RATE = 0.05\n'

@@ -21,18 +21,18 @@ USER, STRANGER = "gpcnn_test_alice", "gpcnn_test_mallory"
 
 
 @pytest.fixture(scope="module")
-def superuser(engine):
-    with engine.connect() as conn:
+def superuser(db):
+    with db.connect() as conn:
         if not conn.execute(
             sa.text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
         ).scalar():
             pytest.skip("the test database's user is not a superuser: it cannot create roles")
-    return engine
+    return db
 
 
-def _login(engine, name: str, password: str) -> gpcnn.Database:
-    url = engine.url.set(username=name, password=password)
-    return gpcnn.connect(url, schema=engine.schema)
+def _login(db, name: str, password: str) -> gpcnn.Database:
+    url = db.url.set(username=name, password=password)
+    return gpcnn.connect(url, schema=db.schema)
 
 
 @pytest.fixture(scope="module")

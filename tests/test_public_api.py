@@ -20,17 +20,17 @@ from gpcnn.tools import cli
 API = "gpcnn_public_api_test"  # image tables of this module
 
 
-def _drop_tables(engine) -> None:
-    for info in gpcnn.list_tables(engine):
+def _drop_tables(db) -> None:
+    for info in gpcnn.list_tables(db):
         if info.table.schema == API:
-            gpcnn.drop_table(engine, info.table)
+            gpcnn.drop_table(db, info.table)
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _clean(engine):
-    _drop_tables(engine)
+def _clean(db):
+    _drop_tables(db)
     yield
-    _drop_tables(engine)
+    _drop_tables(db)
 
 
 def _takes_a_database(function) -> bool:
@@ -77,19 +77,19 @@ def test_every_public_function_calls_the_database_argument_database():
     assert "database" in inspect.signature(gpcnn.GreenplumCNN).parameters
 
 
-def test_the_old_keyword_db_still_works_with_a_warning(engine):
+def test_the_old_keyword_db_still_works_with_a_warning(db):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        by_position = gpcnn.list_tables(engine)
-        by_keyword = gpcnn.list_tables(database=engine)
+        by_position = gpcnn.list_tables(db)
+        by_keyword = gpcnn.list_tables(database=db)
     with pytest.warns(DeprecationWarning, match=r"list_tables\(db=...\) is deprecated"):
-        old = gpcnn.list_tables(db=engine)
+        old = gpcnn.list_tables(db=db)
     assert old == by_position == by_keyword
 
 
-def test_the_database_given_under_both_names_is_refused(engine):
+def test_the_database_given_under_both_names_is_refused(db):
     with pytest.raises(TypeError, match="both database= and its old name db="):
-        gpcnn.list_tables(database=engine, db=engine)
+        gpcnn.list_tables(database=db, db=db)
 
 
 class Stripes(ImageSource):
@@ -119,21 +119,21 @@ def _stripes() -> tuple[np.ndarray, np.ndarray]:
     return tuple(np.concatenate(parts) for parts in zip(*Stripes().batches(), strict=True))
 
 
-def test_a_new_reader_is_one_class_and_loads_in_its_own_order(engine):
-    info = gpcnn.load_images(engine, f"{API}.stripes", Stripes(), segments=2, progress=False)
+def test_a_new_reader_is_one_class_and_loads_in_its_own_order(db):
+    info = gpcnn.load_images(db, f"{API}.stripes", Stripes(), segments=2, progress=False)
     assert info.images == 10 and info.class_names == Stripes.class_names
     assert info.images_per_segment == (5, 5)
-    x, y, ids = gpcnn.read_images(engine, f"{API}.stripes", ids=True)
+    x, y, ids = gpcnn.read_images(db, f"{API}.stripes", ids=True)
     ex, ey = _stripes()
     np.testing.assert_array_equal(x, ex)
     np.testing.assert_array_equal(y, ey)
     np.testing.assert_array_equal(ids, np.arange(10))
 
 
-def test_a_reader_read_front_to_back_refuses_label_skew(engine):
+def test_a_reader_read_front_to_back_refuses_label_skew(db):
     with pytest.raises(TableError, match="stripes loads IID"):
         gpcnn.load_images(
-            engine, f"{API}.skewed", Stripes(), distribution="label-skew", skew=1.0, progress=False
+            db, f"{API}.skewed", Stripes(), distribution="label-skew", skew=1.0, progress=False
         )
 
 
@@ -142,18 +142,18 @@ def test_a_source_carries_its_labels():
         as_source(Stripes(), np.zeros(10))
 
 
-def test_arrays_become_the_array_source_and_a_dataset_split_is_one(engine):
+def test_arrays_become_the_array_source_and_a_dataset_split_is_one(db):
     x, y = _stripes()
     assert isinstance(as_source(x, y), ArrayImages)
     data = datasets.Dataset("stripes", x, y, x, y, Stripes.class_names)
     from_arrays = gpcnn.load_images(
-        engine, f"{API}.arrays", x, y, class_names=data.class_names, segments=2, progress=False
+        db, f"{API}.arrays", x, y, class_names=data.class_names, segments=2, progress=False
     )
-    from_split = gpcnn.load_images(engine, f"{API}.split", data.train, segments=2, progress=False)
+    from_split = gpcnn.load_images(db, f"{API}.split", data.train, segments=2, progress=False)
     assert from_split.class_counts == from_arrays.class_counts
     for a, b in zip(
-        gpcnn.read_images(engine, f"{API}.arrays", ids=True),
-        gpcnn.read_images(engine, f"{API}.split", ids=True),
+        gpcnn.read_images(db, f"{API}.arrays", ids=True),
+        gpcnn.read_images(db, f"{API}.split", ids=True),
         strict=True,
     ):
         np.testing.assert_array_equal(a, b)

@@ -29,6 +29,7 @@ from gpcnn.kernel import wire
 from gpcnn.tools import embedded
 
 pytestmark = [
+    pytest.mark.db,
     pytest.mark.skipif(
         bool(os.environ.get("GPCNN_TEST_DATABASE_URL")),
         reason="restarts need a private embedded cluster; GPCNN_TEST_DATABASE_URL names a server "
@@ -129,6 +130,7 @@ def _finish(db, run_id: int) -> None:
     _intact(db, run_id, ITERATIONS)
 
 
+@pytest.mark.slow
 def test_a_server_restart_between_iterations_fails_the_fit_and_it_resumes(cluster, db):
     est = estimator(db)
     raised: list[BaseException] = []
@@ -167,6 +169,7 @@ def test_a_server_restart_between_iterations_fails_the_fit_and_it_resumes(cluste
     _finish(db, est.run_id_)
 
 
+@pytest.mark.slow
 def test_a_client_killed_mid_iteration_leaves_a_run_that_resumes(cluster, db, tmp_path):
     child = subprocess.Popen(
         [

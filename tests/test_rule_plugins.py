@@ -114,29 +114,29 @@ def registered():
 
 
 @pytest.fixture(scope="module")
-def table(engine_any_dispatch, schema):
+def table(db, schema):
     """The table, loaded once per dispatch mode (every test here runs in both, see conftest)."""
     images, labels = learnable_images(150)
     dealt = {"segments": 2, "buffer_size": 20, "replace": True, "progress": False}
-    load_images(engine_any_dispatch, TRAIN, images, labels, **dealt)
-    return describe(engine_any_dispatch, TRAIN)
+    load_images(db, TRAIN, images, labels, **dealt)
+    return describe(db, TRAIN)
 
 
-def fitted(engine, model, merge: str, **options) -> np.ndarray:
+def fitted(db, model, merge: str, **options) -> np.ndarray:
     """The flat model of a 2-iteration fit with the plug-in ``merge``."""
     sgd = keras.optimizers.SGD(LEARNING_RATE, momentum=0.9)
-    est = GreenplumCNN(model, optimizer=sgd, learning_rate=None, **FIT_PARAMS, database=engine)
+    est = GreenplumCNN(model, optimizer=sgd, learning_rate=None, **FIT_PARAMS, database=db)
     est.set_params(merge=merge, merge_options=options)
     with est:
         est.fit(TRAIN)
     return wire.flatten(est.model_.get_weights())
 
 
-def stored_buffers(engine, info) -> dict[int, list]:
+def stored_buffers(db, info) -> dict[int, list]:
     """Each key's (images, labels) buffers in buffer order, as stored."""
     name = TableName.parse(str(info.table))
     query = f"SELECT __dist_key__, x, y, n FROM {name.schema}.{name.name} ORDER BY 1, buffer_id"
-    with engine.connect() as conn:
+    with db.connect() as conn:
         rows = conn.execute(sa.text(query)).all()
     out: dict[int, list] = {k: [] for k in info.keys}
     for key, x, y, n in rows:
@@ -193,9 +193,9 @@ def reference(model, info, buffers, rule: MergeRule, iterations: int) -> np.ndar
 
 
 def test_a_plugin_rule_with_the_proximal_hook_trains_in_the_database_as_in_process(
-    registered, engine_any_dispatch, table
+    registered, db, table
 ):
-    engine, model = engine_any_dispatch, tiny_cnn()
+    engine, model = db, tiny_cnn()
     got = fitted(engine, model, "damped", mu=0.5, beta=0.5)
     trainable = wire.trainable_mask(wire.manifest(model))
     want = reference(model, table, stored_buffers(engine, table), Damped(trainable, 0.5, 0.5), 2)
@@ -204,9 +204,9 @@ def test_a_plugin_rule_with_the_proximal_hook_trains_in_the_database_as_in_proce
 
 
 def test_a_plugin_rule_combining_both_hooks_trains_in_the_database_as_in_process(
-    registered, engine_any_dispatch, table
+    registered, db, table
 ):
-    engine, model = engine_any_dispatch, tiny_cnn()
+    engine, model = db, tiny_cnn()
     got = fitted(engine, model, "corrected_prox", mu=0.5)
     trainable = wire.trainable_mask(wire.manifest(model))
     rule = CorrectedProx(trainable, 0.5)

@@ -18,6 +18,8 @@ from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import rules, runs
 from gpcnn.kernel import averaging, segment, wire
 
+pytestmark = pytest.mark.every_dispatch
+
 keras = segment.keras_module()
 
 LEARNING_RATE = 0.05
@@ -29,21 +31,15 @@ VALID = f"{DATA_SCHEMA}.valid"  # also: one buffer per segment
 
 
 @pytest.fixture(scope="module")
-def engine(engine_any_dispatch):
-    """Every test here runs in both dispatch modes (see conftest)."""
-    return engine_any_dispatch
-
-
-@pytest.fixture(scope="module")
 def model():
     return tiny_cnn()
 
 
 @pytest.fixture(scope="module")
-def tables(engine, schema):
+def tables(db, schema):
     images, labels = learnable_images(150)
     load_images(
-        engine,
+        db,
         TRAIN,
         images,
         labels,
@@ -53,7 +49,7 @@ def tables(engine, schema):
         progress=False,
     )
     load_images(
-        engine,
+        db,
         VALID,
         images[:60],
         labels[:60],
@@ -62,58 +58,58 @@ def tables(engine, schema):
         replace=True,
         progress=False,
     )
-    return {"train": describe(engine, TRAIN), "valid": describe(engine, VALID)}
+    return {"train": describe(db, TRAIN), "valid": describe(db, VALID)}
 
 
-def estimator(engine, schema, model, **params) -> GreenplumCNN:
+def estimator(db, schema, model, **params) -> GreenplumCNN:
     defaults = dict(
         optimizer="sgd",
         learning_rate=LEARNING_RATE,
         batch_size=BATCH,
         iterations=1,
         seed=SEED,
-        database=engine,
+        database=db,
         threads_per_segment=1,
         verbose=0,
     )
     return GreenplumCNN(model, **{**defaults, **params})
 
 
-def fit(engine, schema, model, table=TRAIN, resume=None, **params) -> GreenplumCNN:
-    est = estimator(engine, schema, model, **params)
+def fit(db, schema, model, table=TRAIN, resume=None, **params) -> GreenplumCNN:
+    est = estimator(db, schema, model, **params)
     with est:
         est.fit(table, resume=resume)
     return est
 
 
-def fit_resumed(engine, schema, model, iterations, **params) -> GreenplumCNN:
+def fit_resumed(db, schema, model, iterations, **params) -> GreenplumCNN:
     """One iteration, then a new estimator that resumes the stored run up to ``iterations``."""
-    first = fit(engine, schema, model, iterations=1, **params)
-    return fit(engine, schema, model, resume=first.run_id_, iterations=iterations, **params)
+    first = fit(db, schema, model, iterations=1, **params)
+    return fit(db, schema, model, resume=first.run_id_, iterations=iterations, **params)
 
 
 def flat(est: GreenplumCNN) -> np.ndarray:
     return wire.flatten(est.model_.get_weights())
 
 
-def stored_iteration(engine, schema, run_id, iteration) -> tuple[np.ndarray, bytes | None]:
+def stored_iteration(db, schema, run_id, iteration) -> tuple[np.ndarray, bytes | None]:
     """(model weights, rule_state bytes) stored for one iteration of a run."""
-    with engine.connect() as conn:
-        parts = Catalog(conn, engine.backend).checkpoint(run_id, iteration)
+    with db.connect() as conn:
+        parts = Catalog(conn, db.backend).checkpoint(run_id, iteration)
     state = parts.get("rule_state")
     return parts["weights"], None if state is None else wire.to_bytes(state)
 
 
-def segment_models(engine, schema, run_id) -> dict[int, np.ndarray]:
-    with engine.connect() as conn:
-        stored = Catalog(conn, engine.backend).segment_starts(run_id)
+def segment_models(db, schema, run_id) -> dict[int, np.ndarray]:
+    with db.connect() as conn:
+        stored = Catalog(conn, db.backend).segment_starts(run_id)
     return {key: weights for key, (weights, _) in stored.items()}
 
 
-def shards(engine, info) -> dict[int, list]:
+def shards(db, info) -> dict[int, list]:
     """Each key's (images, labels) buffers in buffer order, as stored."""
     name = TableName.parse(str(info.table))
-    with engine.connect() as conn:
+    with db.connect() as conn:
         rows = conn.execute(
             sa.text(
                 f"SELECT __dist_key__, x, y, n FROM {name.schema}.{name.name} "
@@ -131,37 +127,37 @@ def max_diff(a, b) -> float:
 
 
 @pytest.fixture(scope="module")
-def average_run(engine, schema, model, tables):
+def average_run(db, schema, model, tables):
     """MADlib's rule, 2 iterations: the baseline several tests compare with."""
-    return fit(engine, schema, model, iterations=2)
+    return fit(db, schema, model, iterations=2)
 
 
 # -- bmuf --------------------------------------------------------------------------------------
 
 
-def test_bmuf_with_eta_0_zeta_1_equals_average(engine, schema, model, average_run):
+def test_bmuf_with_eta_0_zeta_1_equals_average(db, schema, model, average_run):
     bmuf = fit(
-        engine, schema, model, iterations=2, merge="bmuf", merge_options={"eta": 0, "zeta": 1}
+        db, schema, model, iterations=2, merge="bmuf", merge_options={"eta": 0, "zeta": 1}
     )
     np.testing.assert_allclose(flat(bmuf), flat(average_run), atol=1e-6, rtol=0)
     assert [r["images"] for r in bmuf.history_] == [150, 150]
 
 
-def test_bmuf_default_differs_from_average_and_resumes_exactly(engine, schema, model, average_run):
-    whole = fit(engine, schema, model, iterations=3, merge="bmuf")
+def test_bmuf_default_differs_from_average_and_resumes_exactly(db, schema, model, average_run):
+    whole = fit(db, schema, model, iterations=3, merge="bmuf")
     # after 1 iteration BMUF's w is the average (D = G); from the 2nd the momentum shows. The
     # retention rule keeps a run's last checkpoint: shorter runs give the earlier iterations.
-    one, two = (fit(engine, schema, model, iterations=i, merge="bmuf") for i in (1, 2))
-    first, _ = stored_iteration(engine, schema, one.run_id_, 1)
+    one, two = (fit(db, schema, model, iterations=i, merge="bmuf") for i in (1, 2))
+    first, _ = stored_iteration(db, schema, one.run_id_, 1)
     average_first, _ = stored_iteration(
-        engine, schema, fit(engine, schema, model, iterations=1).run_id_, 1
+        db, schema, fit(db, schema, model, iterations=1).run_id_, 1
     )
     np.testing.assert_allclose(first, average_first, atol=1e-6, rtol=0)
-    second, state = stored_iteration(engine, schema, two.run_id_, 2)
+    second, state = stored_iteration(db, schema, two.run_id_, 2)
     assert max_diff(second, flat(average_run)) > 1e-4
     assert state is not None and np.abs(wire.from_bytes(state)).max() > 0  # the momentum D
 
-    resumed = fit_resumed(engine, schema, model, 3, merge="bmuf")
+    resumed = fit_resumed(db, schema, model, 3, merge="bmuf")
     assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
     np.testing.assert_array_equal(flat(resumed), flat(whole))
 
@@ -169,20 +165,20 @@ def test_bmuf_default_differs_from_average_and_resumes_exactly(engine, schema, m
 # -- easgd -------------------------------------------------------------------------------------
 
 
-def test_easgd_keeps_distinct_segment_models_and_resumes_exactly(engine, schema, model, tables):
-    whole = fit(engine, schema, model, iterations=2, merge="easgd")
-    locals_ = segment_models(engine, schema, whole.run_id_)
+def test_easgd_keeps_distinct_segment_models_and_resumes_exactly(db, schema, model, tables):
+    whole = fit(db, schema, model, iterations=2, merge="easgd")
+    locals_ = segment_models(db, schema, whole.run_id_)
     assert sorted(locals_) == sorted(tables["train"].keys)
     (a, b) = locals_.values()
     centre = flat(whole)
     assert max_diff(a, b) > 1e-4
     assert max_diff(a, centre) > 1e-4 and max_diff(b, centre) > 1e-4
-    last, _ = stored_iteration(engine, schema, whole.run_id_, 2)
+    last, _ = stored_iteration(db, schema, whole.run_id_, 2)
     np.testing.assert_array_equal(last, centre)  # the stored/evaluated model is the centre
 
-    resumed = fit_resumed(engine, schema, model, 2, merge="easgd")
+    resumed = fit_resumed(db, schema, model, 2, merge="easgd")
     np.testing.assert_array_equal(flat(resumed), centre)
-    again = segment_models(engine, schema, resumed.run_id_)
+    again = segment_models(db, schema, resumed.run_id_)
     for key in locals_:
         np.testing.assert_array_equal(again[key], locals_[key])
 
@@ -190,18 +186,18 @@ def test_easgd_keeps_distinct_segment_models_and_resumes_exactly(engine, schema,
 # -- none --------------------------------------------------------------------------------------
 
 
-def test_none_trains_each_segment_alone(engine, schema, model, tables):
-    est = estimator(engine, schema, model, iterations=2, merge="none", validation_table=VALID)
+def test_none_trains_each_segment_alone(db, schema, model, tables):
+    est = estimator(db, schema, model, iterations=2, merge="none", validation_table=VALID)
     with est:
         est.fit(TRAIN)
         evaluated = est.evaluate(VALID)
     info = tables["train"]
-    stored = segment_models(engine, schema, est.run_id_)
+    stored = segment_models(db, schema, est.run_id_)
     assert sorted(stored) == sorted(info.keys)
 
     # the reference: each key trains its own copy on its own shard, never averaged
     start = wire.flatten(model.get_weights())
-    buffers = shards(engine, info)
+    buffers = shards(db, info)
     local = keras.models.model_from_json(model.to_json())
     local.compile(
         optimizer=keras.optimizers.SGD(LEARNING_RATE),
@@ -243,11 +239,11 @@ def test_none_trains_each_segment_alone(engine, schema, model, tables):
 
 
 @pytest.fixture(scope="module")
-def momentum_runs(engine, schema, model, tables):
+def momentum_runs(db, schema, model, tables):
     runs = {}
     for policy in ("reset", "local", "average"):
         runs[policy] = fit(
-            engine,
+            db,
             schema,
             model,
             iterations=2,
@@ -265,9 +261,9 @@ def test_optimizer_state_policies_differ_from_reset(momentum_runs):
         assert max_diff(flat(momentum_runs[policy]), reset) > 1e-4, policy
 
 
-def test_local_optimizer_state_resumes_exactly(engine, schema, model, momentum_runs):
+def test_local_optimizer_state_resumes_exactly(db, schema, model, momentum_runs):
     resumed = fit_resumed(
-        engine,
+        db,
         schema,
         model,
         2,
@@ -278,10 +274,10 @@ def test_local_optimizer_state_resumes_exactly(engine, schema, model, momentum_r
     np.testing.assert_array_equal(flat(resumed), flat(momentum_runs["local"]))
 
 
-def test_easgd_with_averaged_optimizer_state_is_not_reset(engine, schema, model, tables):
+def test_easgd_with_averaged_optimizer_state_is_not_reset(db, schema, model, tables):
     runs = {
         policy: fit(
-            engine,
+            db,
             schema,
             model,
             iterations=2,
@@ -298,8 +294,8 @@ def test_easgd_with_averaged_optimizer_state_is_not_reset(engine, schema, model,
 # -- merge frequency ---------------------------------------------------------------------------
 
 
-def test_two_merges_per_epoch_train_on_half_the_table_each(engine, schema, model, tables):
-    est = fit(engine, schema, model, iterations=2, merges_per_epoch=2)
+def test_two_merges_per_epoch_train_on_half_the_table_each(db, schema, model, tables):
+    est = fit(db, schema, model, iterations=2, merges_per_epoch=2)
     rows = est.history_
     assert [r["epoch"] for r in rows] == [0.5, 1.0]
     assert sum(r["images"] for r in rows) == 150
@@ -307,19 +303,19 @@ def test_two_merges_per_epoch_train_on_half_the_table_each(engine, schema, model
     assert all(abs(r["images"] - 75) <= 20 for r in rows)
 
 
-def test_more_merges_per_epoch_than_buffers_is_refused(engine, schema, model, tables):
+def test_more_merges_per_epoch_than_buffers_is_refused(db, schema, model, tables):
     assert tables["valid"].segments == 2  # 60 images, one buffer per segment
     with pytest.raises(ValueError, match=r"merges_per_epoch=2.*only 1 buffers"):
-        estimator(engine, schema, model, merges_per_epoch=2).fit(VALID)
+        estimator(db, schema, model, merges_per_epoch=2).fit(VALID)
 
 
-def test_local_epochs_doubles_the_images_per_iteration(engine, schema, model, average_run):
-    est = fit(engine, schema, model, iterations=1, local_epochs=2)
+def test_local_epochs_doubles_the_images_per_iteration(db, schema, model, average_run):
+    est = fit(db, schema, model, iterations=1, local_epochs=2)
     (row,) = est.history_
     assert row["images"] == 2 * average_run.history_[0]["images"] == 300
     assert row["epoch"] == 2.0
     with pytest.raises(ValueError, match="local_epochs > 1 needs merges_per_epoch=1"):
-        estimator(engine, schema, model, local_epochs=2, merges_per_epoch=2).fit(TRAIN)
+        estimator(db, schema, model, local_epochs=2, merges_per_epoch=2).fit(TRAIN)
 
 
 # -- fedprox and scaffold: a term in every local step -----------------------------------------
@@ -388,102 +384,102 @@ def trained_in_process(model, info, buffers, iterations, *, mu=0.0, scaffold=Non
 
 
 def test_fedprox_adds_the_proximal_step_to_every_batch_as_the_in_process_reference_does(
-    engine, schema, model, tables, momentum_runs
+    db, schema, model, tables, momentum_runs
 ):
     params = dict(merge="fedprox", merge_options={"mu": 0.5}, **MOMENTUM)
-    est = fit(engine, schema, model, iterations=2, **params)
-    want = trained_in_process(model, tables["train"], shards(engine, tables["train"]), 2, mu=0.5)
+    est = fit(db, schema, model, iterations=2, **params)
+    want = trained_in_process(model, tables["train"], shards(db, tables["train"]), 2, mu=0.5)
     np.testing.assert_array_equal(flat(est), want)
     average = flat(momentum_runs["reset"])
-    plain = fit(engine, schema, model, iterations=2, **{**params, "merge_options": {"mu": 0.0}})
+    plain = fit(db, schema, model, iterations=2, **{**params, "merge_options": {"mu": 0.0}})
     np.testing.assert_array_equal(flat(plain), average)
     assert max_diff(flat(est), average) > 1e-4
-    resumed = fit_resumed(engine, schema, model, 2, **params)
+    resumed = fit_resumed(db, schema, model, 2, **params)
     np.testing.assert_array_equal(flat(resumed), flat(est))
 
 
 def test_scaffold_corrects_every_batch_as_the_in_process_reference_does_and_resumes_exactly(
-    engine, schema, model, tables
+    db, schema, model, tables
 ):
     params = dict(merge="scaffold", merge_options={"server_lr": 0.8}, **MOMENTUM)
-    whole = fit(engine, schema, model, iterations=3, **params)
+    whole = fit(db, schema, model, iterations=3, **params)
     reference = rules.make_rule(
         "scaffold", wire.trainable_mask(wire.manifest(model)), 2, server_lr=0.8
     )
     want = trained_in_process(
-        model, tables["train"], shards(engine, tables["train"]), 3, scaffold=reference
+        model, tables["train"], shards(db, tables["train"]), 3, scaffold=reference
     )
     np.testing.assert_array_equal(flat(whole), want)
-    _, state = stored_iteration(engine, schema, whole.run_id_, 3)
+    _, state = stored_iteration(db, schema, whole.run_id_, 3)
     np.testing.assert_array_equal(wire.from_bytes(state), reference.state())
     assert np.abs(reference.state()).max() > 0  # the control variates moved
 
-    resumed = fit_resumed(engine, schema, model, 3, **params)
+    resumed = fit_resumed(db, schema, model, 3, **params)
     np.testing.assert_array_equal(flat(resumed), flat(whole))
-    shown = runs.show_run(engine, whole.run_id_)["stored"]["rule_state"]
+    shown = runs.show_run(db, whole.run_id_)["stored"]["rule_state"]
     assert shown["layout"].startswith("c, then each segment's c_i")
     assert shown["bytes"] >= 4 * 3 * reference.model().size  # c and two c_i
 
 
 @pytest.mark.parametrize("name", ["fedadam", "fedyogi"])
 def test_server_adaptive_rules_move_off_the_average_and_resume_exactly(
-    engine, schema, model, average_run, name
+    db, schema, model, average_run, name
 ):
     params = dict(merge=name, merge_options={"server_lr": 0.05})
-    whole = fit(engine, schema, model, iterations=2, **params)
+    whole = fit(db, schema, model, iterations=2, **params)
     assert max_diff(flat(whole), flat(average_run)) > 1e-4
-    _, state = stored_iteration(engine, schema, whole.run_id_, 2)
+    _, state = stored_iteration(db, schema, whole.run_id_, 2)
     assert wire.from_bytes(state).size == 2 * flat(whole).size  # m and v
-    resumed = fit_resumed(engine, schema, model, 2, **params)
+    resumed = fit_resumed(db, schema, model, 2, **params)
     np.testing.assert_array_equal(flat(resumed), flat(whole))
-    assert runs.show_run(engine, whole.run_id_)["stored"]["rule_state"]["layout"].startswith(
+    assert runs.show_run(db, whole.run_id_)["stored"]["rule_state"]["layout"].startswith(
         "m, then v"
     )
 
 
 def test_a_merges_per_epoch_schedule_merges_often_early_then_once_per_epoch(
-    engine, schema, model, tables
+    db, schema, model, tables
 ):
-    est = fit(engine, schema, model, iterations=4, merges_per_epoch=[2, 1])
+    est = fit(db, schema, model, iterations=4, merges_per_epoch=[2, 1])
     rows = est.history_
     assert [r["epoch"] for r in rows] == [0.5, 1.0, 2.0, 3.0]
     assert [r["images"] for r in rows][2:] == [150, 150]
     assert rows[0]["images"] + rows[1]["images"] == 150
-    resumed = fit_resumed(engine, schema, model, 4, merges_per_epoch=[2, 1])
+    resumed = fit_resumed(db, schema, model, 4, merges_per_epoch=[2, 1])
     assert [r["epoch"] for r in resumed.history_] == [0.5, 1.0, 2.0, 3.0]
     np.testing.assert_array_equal(flat(resumed), flat(est))
 
 
 @pytest.mark.parametrize("bad", [[], [2, 0], 0, [1.5], "2"])
 def test_a_bad_merges_per_epoch_schedule_is_refused_before_any_work(
-    engine, schema, model, tables, bad
+    db, schema, model, tables, bad
 ):
     with pytest.raises(
         ValueError, match="merges_per_epoch must be a positive integer or a non-empty list"
     ):
-        estimator(engine, schema, model, merges_per_epoch=bad).fit(TRAIN)
+        estimator(db, schema, model, merges_per_epoch=bad).fit(TRAIN)
 
 
 # -- last: a failing fit discards the segment sessions (the next fit pays a fresh start) --------
 
 
-def test_bmuf_with_local_optimizer_state_resumes(engine, schema, model, tables):
+def test_bmuf_with_local_optimizer_state_resumes(db, schema, model, tables):
     params = dict(
         merge="bmuf",
         optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
         learning_rate=None,
         optimizer_state="local",
     )
-    whole = fit(engine, schema, model, iterations=2, **params)
-    resumed = fit_resumed(engine, schema, model, 2, **params)
+    whole = fit(db, schema, model, iterations=2, **params)
+    resumed = fit_resumed(db, schema, model, 2, **params)
     np.testing.assert_array_equal(flat(resumed), flat(whole))
 
 
 def test_a_bad_rule_option_is_refused_before_any_run_row_and_again_on_resume(
-    engine, schema, model, average_run
+    db, schema, model, average_run
 ):
     def runs_and_iterations():
-        with engine.connect() as conn:
+        with db.connect() as conn:
             return conn.execute(
                 sa.text(
                     f"SELECT (SELECT count(*) FROM {schema}.runs), "
@@ -496,7 +492,7 @@ def test_a_bad_rule_option_is_refused_before_any_run_row_and_again_on_resume(
     before = runs_and_iterations()
     bad = dict(merge="bmuf", merge_options={"eta": 1.5})
     with pytest.raises(ValueError, match=r"eta=1\.5.*\[0, 1\)"):
-        estimator(engine, schema, model, **bad).fit(TRAIN)
+        estimator(db, schema, model, **bad).fit(TRAIN)
     with pytest.raises(ValueError, match=r"eta=1\.5.*\[0, 1\)"):
-        estimator(engine, schema, model, iterations=3, **bad).fit(TRAIN, resume=average_run.run_id_)
+        estimator(db, schema, model, iterations=3, **bad).fit(TRAIN, resume=average_run.run_id_)
     assert runs_and_iterations() == before

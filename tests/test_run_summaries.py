@@ -16,19 +16,19 @@ DATA = "gpcnn_summaries_test"
 
 
 @pytest.fixture(scope="module")
-def fitted(engine):
+def fitted(db):
     x, y = learnable_images(60, seed=8)
-    load_images(engine, f"{DATA}.train", x, y, segments=2, buffer_size=15, replace=True,
+    load_images(db, f"{DATA}.train", x, y, segments=2, buffer_size=15, replace=True,
                 progress=False)  # fmt: skip
-    load_images(engine, f"{DATA}.test", x[:30], y[:30], segments=2, replace=True, progress=False)
+    load_images(db, f"{DATA}.test", x[:30], y[:30], segments=2, replace=True, progress=False)
     est = GreenplumCNN(dense_net(), iterations=3, learning_rate=0.05, batch_size=8, seed=1,
-                       database=engine, validation_table=f"{DATA}.test", threads_per_segment=1,
+                       database=db, validation_table=f"{DATA}.test", threads_per_segment=1,
                        verbose=0)  # fmt: skip
     return est.fit(f"{DATA}.train")
 
 
-def test_list_runs_gives_epochs_and_the_last_and_best_validation_values(engine, fitted):
-    (row,) = gpcnn.list_runs(engine, [fitted.run_id_])
+def test_list_runs_gives_epochs_and_the_last_and_best_validation_values(db, fitted):
+    (row,) = gpcnn.list_runs(db, [fitted.run_id_])
     history = fitted.history_
     assert row["epochs"] == history[-1]["epoch"] == 3
     assert row["val_accuracy"] == history[-1]["val_accuracy"]
@@ -39,10 +39,10 @@ def test_list_runs_gives_epochs_and_the_last_and_best_validation_values(engine, 
 
 
 def test_the_command_line_lists_runs_with_those_columns_and_shows_the_history(
-    engine, fitted, capsys
+    db, fitted, capsys
 ):
-    base = ["--database", engine.url.render_as_string(hide_password=False), "--schema",
-            engine.schema]  # fmt: skip
+    base = ["--database", db.url.render_as_string(hide_password=False), "--schema",
+            db.schema]  # fmt: skip
     assert cli.main(["runs", "list", *base]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
     assert header.split()[:9] == ["run", "status", "merge", "iterations", "epochs", "val_acc",

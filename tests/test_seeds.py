@@ -25,18 +25,18 @@ K = 3
 
 
 @pytest.fixture(scope="module")
-def handles(database):
+def handles(native_db):
     """The engine's own dispatch and ``"statement"``, each with a table loaded through it from
     the same images and seed: the same shards under different keys."""
-    if "sessions" not in database.backend.dispatches:
+    if "sessions" not in native_db.backend.dispatches:
         pytest.skip(
-            f"{database.backend.kind} runs one dispatch: bench/seed_engines.py compares it "
+            f"{native_db.backend.kind} runs one dispatch: bench/seed_engines.py compares it "
             "with PostgreSQL"
         )
     statement = gpcnn.connect(database_url(), schema=TEST_SCHEMA, dispatch="statement")
     x, y = learnable_images(150)
     tables = {}
-    for name, db in (("sessions", database), ("statement", statement)):
+    for name, db in (("sessions", native_db), ("statement", statement)):
         table = f"{DATA_SCHEMA}.train_{name}"
         tables[name] = (db, load_images(db, table, x, y, segments=K, buffer_size=20,
                                         replace=True, progress=False))  # fmt: skip
@@ -66,6 +66,7 @@ def test_statement_dispatch_on_postgresql_numbers_the_shards_as_greenplum_might(
     "merge, optimizer_state",
     [("bmuf", "local"), ("average", "reset")],  # merged in the client / in the database
 )
+@pytest.mark.slow
 def test_a_shuffled_dropout_fit_is_bit_identical_whatever_the_key_numbering(
     handles, merge, optimizer_state
 ):

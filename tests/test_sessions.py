@@ -17,8 +17,8 @@ from gpcnn.data.tables import load_images
 from gpcnn.engines.sessions import MAX_IDLE_SESSIONS, SegmentSessions
 
 
-def test_an_error_in_one_session_cancels_the_others(engine):
-    sessions = SegmentSessions(engine.engine, 2)
+def test_an_error_in_one_session_cancels_the_others(db):
+    sessions = SegmentSessions(db.engine, 2)
     try:
         started = time.perf_counter()
         with pytest.raises(Exception, match="division by zero"):
@@ -33,12 +33,12 @@ def test_an_error_in_one_session_cancels_the_others(engine):
         sessions.close()
 
 
-def test_released_sessions_are_reused_with_the_same_settings(engine):
-    first = SegmentSessions(engine.engine, 2, threads=3)
+def test_released_sessions_are_reused_with_the_same_settings(db):
+    first = SegmentSessions(db.engine, 2, threads=3)
     pids = {row[0][0] for row in first.map("SELECT pg_backend_pid()", [{}, {}])}
     first.release()
-    again = SegmentSessions(engine.engine, 2, threads=3)
-    other = SegmentSessions(engine.engine, 1, threads=4)  # another TF thread count: a fresh backend
+    again = SegmentSessions(db.engine, 2, threads=3)
+    other = SegmentSessions(db.engine, 1, threads=4)  # another TF thread count: a fresh backend
     try:
         assert {row[0][0] for row in again.map("SELECT pg_backend_pid()", [{}, {}])} == pids
         assert other.one("SELECT pg_backend_pid()", {})[0][0] not in pids
@@ -47,14 +47,14 @@ def test_released_sessions_are_reused_with_the_same_settings(engine):
         other.close()
 
 
-def test_sessions_open_with_their_start_options_and_are_reused_only_with_the_same(engine):
+def test_sessions_open_with_their_start_options_and_are_reused_only_with_the_same(db):
     options = "-c work_mem=12345kB"
-    first = SegmentSessions(engine.engine, 1, options=options)
+    first = SegmentSessions(db.engine, 1, options=options)
     pid = first.one("SELECT pg_backend_pid()", {})[0][0]
     assert first.one("SHOW work_mem", {}) == [("12345kB",)]
     first.release()
-    plain = SegmentSessions(engine.engine, 1)
-    again = SegmentSessions(engine.engine, 1, options=options)
+    plain = SegmentSessions(db.engine, 1)
+    again = SegmentSessions(db.engine, 1, options=options)
     try:
         assert plain.one("SELECT pg_backend_pid()", {})[0][0] != pid
         assert again.one("SELECT pg_backend_pid()", {})[0][0] == pid
@@ -63,7 +63,8 @@ def test_sessions_open_with_their_start_options_and_are_reused_only_with_the_sam
         again.close()
 
 
-def test_a_client_process_holds_no_backend_it_cannot_account_for(engine):
+@pytest.mark.slow
+def test_a_client_process_holds_no_backend_it_cannot_account_for(db):
     """A process of its own fits, predicts, fits again, drops its estimators, fails, opens more
     sessions than the pool keeps, releases them and lets idle ones time out; after each step,
     every server process it holds (in pg_stat_activity, SQLAlchemy's pool included) is an idle
@@ -72,11 +73,11 @@ def test_a_client_process_holds_no_backend_it_cannot_account_for(engine):
     table = "gpcnn_sessions_test.train"
     labels = rng.integers(0, 3, 100)
     images = rng.integers(0, 255, (100, 8, 8), dtype=np.uint8)
-    load_images(engine, table, images, labels, segments=2, replace=True, progress=False)
+    load_images(db, table, images, labels, segments=2, replace=True, progress=False)
     child = Path(__file__).parent / "children" / "sessions.py"
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     done = subprocess.run(
-        [sys.executable, str(child), url, engine.schema, table],
+        [sys.executable, str(child), url, db.schema, table],
         capture_output=True,
         text=True,
         timeout=600,
@@ -86,7 +87,7 @@ def test_a_client_process_holds_no_backend_it_cannot_account_for(engine):
     report = json.loads(done.stdout.strip().splitlines()[-1])
     after_fit = report["after_fit"]
     # the fit's sessions wait for the next call: one per segment, or one for all (Greenplum)
-    assert after_fit["idle_sessions"] == (2 if engine.backend.per_segment_sessions else 1)
+    assert after_fit["idle_sessions"] == (2 if db.backend.per_segment_sessions else 1)
     assert after_fit["backends"] == after_fit["accounted"]
     assert report["after_predict"]["same_pids"]
     assert report["second_fit_reused"]
@@ -102,8 +103,8 @@ def test_a_client_process_holds_no_backend_it_cannot_account_for(engine):
     assert report["after_timeout"]["idle_sessions"] == 0
 
 
-def test_a_bad_idle_timeout_is_refused_before_any_session_opens(engine, monkeypatch):
+def test_a_bad_idle_timeout_is_refused_before_any_session_opens(db, monkeypatch):
     for value, problem in (("soon", "give seconds"), ("0", "must be more than 0")):
         monkeypatch.setenv("GPCNN_IDLE_SESSION_TIMEOUT", value)
         with pytest.raises(ValueError, match=f"GPCNN_IDLE_SESSION_TIMEOUT='{value}': {problem}"):
-            SegmentSessions(engine.engine, 1)
+            SegmentSessions(db.engine, 1)

@@ -116,9 +116,10 @@ def test_bad_arrays_are_refused_before_the_database_with_what_to_do(x, y, error,
         est.fit(x, y)
 
 
-def test_partial_fit_takes_classes_and_a_batch_of_one_class(engine):
+@pytest.mark.slow
+def test_partial_fit_takes_classes_and_a_batch_of_one_class(db):
     x, y = learnable_images(60)
-    est = GreenplumCNN(dense_net(), iterations=1, batch_size=16, seed=11, database=engine,
+    est = GreenplumCNN(dense_net(), iterations=1, batch_size=16, seed=11, database=db,
                        threads_per_segment=1, verbose=0)  # fmt: skip
     with pytest.raises(ValueError, match=r"3 output units.*classes=range\(3\)"):
         est.partial_fit(x, y, classes=[0, 1])

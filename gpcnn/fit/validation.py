@@ -11,8 +11,8 @@ import numpy as np
 
 from gpcnn.data.tables import ImageTable, TableName, describe
 from gpcnn.engines import Database
-from gpcnn.engines.transfers import StoredStart
 from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.engines.transfers import StoredStart
 from gpcnn.fit.errors import database_call
 from gpcnn.kernel import keras_setup, segment, wire
 from gpcnn.kernel.protocol import SegmentOptions
