@@ -98,9 +98,8 @@ def test_doctor_reports_autovacuum_and_the_disk_gpcnns_tables_take(db, schema):
         assert f"VACUUM FULL {schema}.checkpoints, {schema}.transfers" in text
 
 
+@pytest.mark.greenplum  # reads gp_segment_configuration and each primary's settings
 def test_doctor_on_greenplum_reports_primaries_hosts_memory_limits_and_resources(db):
-    if db.backend.kind != "greenplum":
-        pytest.skip("reads gp_segment_configuration and each primary's settings")
     report = gpcnn.check_environment(db)
     facts = report.facts
     assert facts["primaries"] == report.segments == len(facts["vmem_protect_limit_mb"])
