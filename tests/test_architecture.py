@@ -188,7 +188,7 @@ def test_only_the_command_line_imports_the_study():
         for i in INTERNAL
         if layer_of(i.target) == "study" and layer_of(i.source) != "study"
     }
-    assert users <= {"gpcnn.tools.cli"}, f"the study is imported by {sorted(users)}"
+    assert users <= {"gpcnn.tools.study_commands"}, f"the study is imported by {sorted(users)}"
 
 
 def test_no_module_is_imported_under_another_name():

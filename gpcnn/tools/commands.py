@@ -1,0 +1,255 @@
+"""The command line's database commands: ``db``, ``doctor``, ``install``, ``uninstall``, ``runs``,
+``models``, ``tables`` and ``load``, each a function of the parsed arguments returning the exit
+status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from gpcnn.data.by_name import check_path, load_by_name
+from gpcnn.engines import connect
+from gpcnn.tools import embedded
+
+
+def connect_from(args: argparse.Namespace):
+    """The database the arguments name (``--database``, ``--schema``, ``--dispatch``)."""
+    return connect(args.database, schema=args.schema, dispatch=args.dispatch)
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    if args.action == "start":
+        c = embedded.start()
+        print(f"embedded PostgreSQL running: {c.url()}")
+    elif args.action == "stop":
+        embedded.stop()
+        print("embedded PostgreSQL stopped")
+    elif args.action == "status":
+        print(json.dumps(embedded.status(), indent=2))
+    elif args.action == "url":
+        print(embedded.url())
+    elif args.action == "destroy":
+        embedded.destroy()
+        print("embedded PostgreSQL removed")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gpcnn.tools.environment import check_environment
+
+    report = check_environment(connect_from(args))
+    print(json.dumps(report.as_dict(), indent=2) if args.json else report)
+    return 0
+
+
+def cmd_install(args: argparse.Namespace) -> int:
+    from gpcnn.engines.install import install
+    from gpcnn.engines.roles import role_name
+
+    print(f"installed gpcnn {install(connect_from(args))} into schema {args.schema!r}")
+    print(f"ordinary users run it once granted the role: GRANT {role_name(args.schema)} TO <user>")
+    return 0
+
+
+def cmd_uninstall(args: argparse.Namespace) -> int:
+    from gpcnn.engines.install import uninstall
+
+    uninstall(connect_from(args), keep_data=args.keep_data)
+    kept = " (runs and catalog kept)" if args.keep_data else ""
+    print(f"removed gpcnn from schema {args.schema!r}{kept}")
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from gpcnn.fit import runs
+
+    db = connect_from(args)
+    if args.action == "list":
+        rows = runs.list_runs(db)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        print(
+            f"{'run':>5}  {'status':<13} {'merge':<8} {'iterations':>10} {'epochs':>6} "
+            f"{'val_acc':>7} {'best':>6} {'val_loss':>8} {'best':>6} {'ckpts':>5} "
+            f"{'stored':>9}  table"
+        )
+        for r in rows:
+            stored = f"{r['stored_bytes'] / 1e6:.1f} MB"
+            print(
+                f"{r['run_id']:>5}  {r['status']:<13} {r['merge']!s:<8} {r['iterations']:>10} "
+                f"{_number(r['epochs'], 6, 2)} {_number(r['val_accuracy'], 7)} "
+                f"{_number(r['best_val_accuracy'], 6)} {_number(r['val_loss'], 8)} "
+                f"{_number(r['best_val_loss'], 6)} {r['checkpoints']:>5} {stored:>9}  {r['table']}"
+            )
+        return 0
+    if not args.run_ids:
+        raise ValueError(f"gpcnn runs {args.action} needs run ids")
+    if args.action == "show":
+        for run_id in args.run_ids:
+            shown = runs.show_run(db, run_id)
+            print(json.dumps(shown, indent=1) if args.json else _run_text(shown))
+    else:
+        print(f"deleted {runs.delete_runs(db, args.run_ids)} run(s)")
+    return 0
+
+
+HISTORY_COLUMNS = ("iteration", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "seconds")
+
+
+def _number(value, width: int, digits: int = 4) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
+
+
+def _run_text(shown: dict) -> str:
+    """A run as ``gpcnn runs show`` prints it: its summary, then one line per iteration."""
+    params = shown["params"]
+    optimizer = params.get("optimizer")
+    if isinstance(optimizer, dict):  # a Keras optimizer object, serialized
+        optimizer = optimizer.get("class_name")
+    lines = [
+        f"run {shown['run_id']}: {shown['status']}, {shown['table']}, merge={shown['merge']}, "
+        f"{shown['iterations']} iterations ({shown['epochs'] or 0:g} epochs), "
+        f"optimizer={optimizer}, learning_rate={params.get('learning_rate')}",
+    ]
+    if shown["error"]:
+        lines.append(f"error: {shown['error']}")
+    lines.append("  ".join(f"{c:>12}" for c in HISTORY_COLUMNS))
+    for row in shown["history"]:
+        cells = [row.get(c) for c in HISTORY_COLUMNS]
+        lines.append(
+            "  ".join(
+                f"{'-':>12}" if v is None else f"{v:>12}" if isinstance(v, int) else f"{v:>12.4f}"
+                for v in cells
+            )
+        )
+    return "\n".join(lines)
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from gpcnn.fit import model_library
+
+    db = connect_from(args)
+    if args.action == "list":
+        rows = model_library.list_models(db)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+            return 0
+        for m in rows:
+            weights = f"weights {m['stored_bytes'] / 1e6:.1f} MB" if m["weights"] else "no weights"
+            about = f"  {m['description']}" if m["description"] else ""
+            print(f"{m['name']}  {weights}, stored {m['created_at'][:19]}{about}")
+        return 0
+    if not args.names:
+        raise ValueError(f"gpcnn models {args.action} needs model names")
+    for name in args.names:
+        if args.action == "show":
+            model = model_library.load_model(db, name)
+            print(f"{name}: {model.count_params():,} weights")
+            for layer in model.layers:
+                frozen = "" if layer.trainable else "  (frozen)"
+                print(f"  {layer.name:<24} {type(layer).__name__}{frozen}")
+        elif model_library.delete_model(db, name):
+            print(f"deleted model {name}")
+        else:
+            raise ValueError(f"no model {name!r} to delete (gpcnn models list lists them)")
+    return 0
+
+
+def cmd_tables(args: argparse.Namespace) -> int:
+    from gpcnn.data.tables import drop_table, list_tables
+
+    db = connect_from(args)
+    if args.action == "list":
+        for info in list_tables(db):
+            shape = "x".join(map(str, info.image_shape))
+            print(
+                f"{info.table}  {info.images:,} images {shape}, {info.num_classes} classes, "
+                f"{info.segments} segments"
+            )
+        return 0
+    if args.staging:
+        from gpcnn.data.staging import sweep
+
+        for name in sweep(db):
+            print(f"dropped staging table {name}")
+        if not args.tables:
+            return 0
+    if not args.tables:
+        raise ValueError("gpcnn tables drop needs table names (or --staging)")
+    for table in args.tables:
+        if drop_table(db, table, missing_ok=args.missing_ok):
+            print(f"dropped {table}")
+    return 0
+
+
+def _load_folder(args: argparse.Namespace) -> int:
+    """``gpcnn load --folder PATH --table NAME``: one table from one sub-folder per class."""
+    from gpcnn.data.image_folder import load_image_folder
+    from gpcnn.data.tables import load_images
+
+    if args.table is None or args.train_table or args.test_table or args.path:
+        raise ValueError("--folder loads one table: give --table only (no --path, no splits)")
+    folder = load_image_folder(args.folder, size=args.size, color=args.color, seed=args.seed)
+    info = load_images(
+        connect_from(args),
+        args.table,
+        folder,
+        segments=args.segments,
+        buffer_size=args.buffer_size,
+        replace=args.replace,
+        progress=not args.quiet,
+        source=f"image folder {folder.path}, {args.size[0]}x{args.size[1]} {args.color}",
+    )
+    print(
+        f"{info.images:,} images {'x'.join(map(str, info.image_shape))} -> {info.table} "
+        f"({info.segments} segments; {info.num_classes} classes: {', '.join(info.class_names)})"
+    )
+    return 0
+
+
+def cmd_load(args: argparse.Namespace) -> int:
+    from gpcnn.data.tables import TableName, load_images
+    from gpcnn.engines import catalog
+
+    if args.folder is not None:
+        return _load_folder(args)
+    check_path(args.dataset, args.path)  # before the database is touched
+    if args.table is None and not (args.train_table and args.test_table):
+        raise ValueError("give --table, or both --train-table and --test-table")
+    base = TableName.parse(args.table) if args.table is not None else None
+    targets = {
+        "train": TableName.parse(args.train_table or base.with_suffix("_train")),
+        "test": TableName.parse(args.test_table or base.with_suffix("_test")),
+    }
+    db = connect_from(args)
+    if not args.replace:  # fail before loading either split, not between them
+        with db.connect() as conn:
+            for table in targets.values():
+                if catalog.relation_exists(conn, table.sql(db.backend)):
+                    raise ValueError(f"table {table} exists: pass --replace to reload it")
+    data, source = load_by_name(args.dataset, args.path)
+    for split, table in targets.items():
+        x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
+        info = load_images(
+            db,
+            table,
+            x,
+            y,
+            segments=args.segments,
+            buffer_size=args.buffer_size,
+            class_names=data.class_names,
+            seed=args.seed,
+            replace=args.replace,
+            progress=not args.quiet,
+            source=f"{source}, {split} split",
+        )
+        counts = ", ".join(f"{c:,}" for c in info.images_per_segment)
+        print(
+            f"{split}: {info.images:,} images {'x'.join(map(str, info.image_shape))} "
+            f"-> {info.table} ({info.segments} segments: {counts}; "
+            f"buffers of <= {info.buffer_size:,}; {info.num_classes} classes)"
+        )
+    return 0
+
+

@@ -1,0 +1,269 @@
+"""The command line's study commands, ``converge``, ``mop`` and ``demo``: their arguments and what
+they run (the study is imported here and nowhere else outside ``study/``)."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+from pathlib import Path
+
+from gpcnn.data.by_name import DATASET_NAMES
+from gpcnn.estimator import OPTIMIZER_STATES
+from gpcnn.estimator.named_models import MODELS, OPTIMIZERS
+from gpcnn.study.experiments import RULES
+from gpcnn.tools.commands import connect_from
+
+
+def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epochs) -> int:
+    from gpcnn.study.experiments import plan, run_study
+
+    db = connect_from(args)
+    specs = plan(
+        dataset,
+        segments,
+        rules,
+        merges,
+        epochs,
+        learning_rate=args.learning_rate,
+        batch_size=args.batch_size,
+        seeds=args.seeds,
+        skews=args.skew,
+        optimizer_states=args.optimizer_state,
+        merge_options=_option_sets(getattr(args, "merge_option", None) or []),
+        model=args.model,
+        optimizer=args.optimizer,
+        shuffle=args.shuffle,
+        scale_lr=args.scale_lr,
+    )
+    print(f"convergence study: {len(specs)} runs into {args.out}/")
+    run_study(db, specs, args.out, path=getattr(args, "path", None), target=args.target)
+    out = Path(args.out).resolve()
+    print(f"history: {out / 'history.csv'}\nreport:  {out / 'report.md'}")
+    print("figures:\n" + "\n".join(f"  {p}" for p in sorted(out.glob("*.png"))))
+    return 0
+
+
+def cmd_converge(args: argparse.Namespace) -> int:
+    return _study(
+        args,
+        args.dataset,
+        args.segments,
+        args.merge,
+        args.merges_per_epoch,
+        args.iterations,
+    )
+
+
+def cmd_mop(args: argparse.Namespace) -> int:
+    """Study part h: configurations trained by the model hopper and one after another merged."""
+    from gpcnn.study import hopping
+
+    runs = hopping.plan(
+        args.dataset,
+        hopping.parse_configurations(args.configs),
+        args.merge,
+        args.segments[0],
+        args.iterations,
+        model=args.model,
+        seed=args.seeds[0],
+        shuffle=args.shuffle,
+        optimizer_state=args.optimizer_state[0],
+    )
+    print(f"MOP against the merge: {sum(map(len, runs.values()))} runs into {args.out}/")
+    print(hopping.run_part(connect_from(args), runs, args.out, path=args.path, target=args.target))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """A short preset of the study: one worker, and K=4 without merge, with MADlib's average and
+    with BMUF, on real Fashion-MNIST in the embedded database."""
+    from gpcnn.engines.install import install
+    from gpcnn.tools.environment import check_environment
+
+    db = connect_from(args)
+    install(db)  # the quick start sets everything up, upgrades included
+    print(check_environment(db), end="\n\n")
+    return _study(
+        args, args.dataset, [4], ["single", "none", "average", "bmuf"], [1], args.iterations
+    )
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected integers separated by commas, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _schedules(text: str) -> list[int | list[int]]:
+    """Merge frequencies, comma-separated; each a count or a schedule of counts per epoch
+    written with slashes, the last repeating (``1,4,8/8/1``)."""
+    try:
+        found = [[int(m) for m in part.split("/")] for part in text.split(",") if part.strip()]
+    except ValueError:
+        found = []
+    if not found or not all(m >= 1 for schedule in found for m in schedule):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: counts >= 1 separated by commas, a schedule with slashes (e.g. 1,4,8/8/1)"
+        )
+    return [schedule[0] if len(schedule) == 1 else schedule for schedule in found]
+
+
+def _merge_option(text: str) -> tuple[str, list[float | bool]]:
+    """NAME=VALUE[,VALUE...]: a rule's option and the values to run it at (true/false, or
+    numbers)."""
+
+    def value(word: str) -> float | bool:
+        lowered = word.strip().lower()
+        return lowered == "true" if lowered in ("true", "false") else float(word)
+
+    name, sep, values = text.partition("=")
+    try:
+        parsed = [value(v) for v in values.split(",")]
+    except ValueError:
+        parsed = []
+    if not sep or not name.strip() or not parsed:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: NAME=VALUE[,VALUE...], e.g. mu=0.01,0.1 or nesterov=false"
+        )
+    return name.strip(), parsed
+
+
+def _option_sets(given: list[tuple[str, list[float | bool]]]) -> list[dict]:
+    """Every combination of the options' values (one empty set without options)."""
+    names = [name for name, _ in given]
+    products = itertools.product(*(values for _, values in given))
+    return [dict(zip(names, values, strict=True)) for values in products]
+
+
+def _skews(text: str) -> list[float | None]:
+    values: list[float | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            values.append(None if part == "iid" else float(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: iid or a Dirichlet alpha > 0") from None
+        if values[-1] is not None and not values[-1] > 0:
+            raise argparse.ArgumentTypeError(f"{part!r}: a Dirichlet alpha must be > 0")
+    return values
+
+
+def _choices(allowed):
+    def parse(text: str) -> list[str]:
+        values = [v.strip() for v in text.split(",") if v.strip()]
+        bad = [v for v in values if v not in allowed]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(allowed)}")
+        return values
+
+    return parse
+
+
+
+def add_parsers(sub, with_database) -> None:
+    """The study commands' parsers, added to the subcommands ``sub``; ``with_database`` adds the
+    options that name the database."""
+
+    def with_study(p: argparse.ArgumentParser, out: str, iterations: int):
+        with_database(p)
+        p.add_argument("--out", default=out, help="folder for history.csv, figures, report.md")
+        p.add_argument(
+            "--iterations",
+            type=int,
+            default=iterations,
+            help="iterations at one merge per epoch (= epochs of data per run)",
+        )
+        p.add_argument("--model", default="small-cnn", choices=list(MODELS))
+        p.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZERS))
+        p.add_argument(
+            "--optimizer-state",
+            type=_choices(OPTIMIZER_STATES),
+            default=["reset"],
+            help="policies, comma-separated: reset,local,average",
+        )
+        p.add_argument("--learning-rate", type=float, default=0.05)
+        p.add_argument(
+            "--scale-lr", action="store_true", help="learning rate x K (the linear scaling rule)"
+        )
+        p.add_argument("--batch-size", type=int, default=32)
+        p.add_argument(
+            "--seeds", type=_int_list, default=[0], help="seeds, comma-separated, e.g. 0,1,2"
+        )
+        p.add_argument(
+            "--skew",
+            type=_skews,
+            default=[None],
+            help="segments' label skew, comma-separated: iid or a Dirichlet alpha, e.g. iid,1,0.1",
+        )
+        p.add_argument("--target", type=float, help="report epochs to this validation accuracy")
+        p.add_argument(
+            "--shuffle",
+            action="store_true",
+            help="train each buffer in a new order every iteration (default: the stored order)",
+        )
+        return p
+
+    converge = with_study(
+        sub.add_parser("converge", help="run a convergence study"), "study-out", 20
+    )
+    converge.add_argument("--dataset", required=True, choices=DATASET_NAMES)
+    converge.add_argument("--path", help="file or folder of the dataset (default per dataset)")
+    converge.add_argument(
+        "--segments", type=_int_list, default="1,2,4,8", help="K values, comma-separated"
+    )
+    converge.add_argument(
+        "--merge",
+        type=_choices(RULES),
+        default=",".join(RULES),
+        help=f"rules, comma-separated: {','.join(RULES)}",
+    )
+    converge.add_argument(
+        "--merges-per-epoch",
+        type=_schedules,
+        default="1",
+        help="comma-separated, e.g. 1,4; a schedule per epoch with slashes, the last repeating: "
+        "8/8/1 (post-local SGD)",
+    )
+    converge.add_argument(
+        "--merge-option",
+        type=_merge_option,
+        action="append",
+        metavar="NAME=VALUE[,VALUE...]",
+        help="a rule option for every rule run (repeatable; several values: a run each), "
+        "e.g. mu=0.01,0.1 (docs/merge.md)",
+    )
+    converge.set_defaults(func=cmd_converge)
+
+    mop = with_study(
+        sub.add_parser("mop", help="the model hopper against the merge (study part h)"),
+        "study-out-h",
+        15,
+    )
+    mop.add_argument("--dataset", required=True, choices=DATASET_NAMES)
+    mop.add_argument("--path", help="file or folder of the dataset (default per dataset)")
+    mop.add_argument("--segments", type=_int_list, default="4", help="K")
+    mop.add_argument(
+        "--merge", type=_choices(RULES), default="average,bmuf", help="rules to compare with"
+    )
+    mop.add_argument(
+        "--configs",
+        required=True,
+        help="optimizer:learning_rate:batch_size items, comma-separated, e.g. momentum:0.01:32",
+    )
+    mop.set_defaults(func=cmd_mop)
+
+    demo = with_study(
+        sub.add_parser("demo", help="the quick-start job (a short study)"), "demo-out", 5
+    )
+    demo.add_argument(
+        "--dataset",
+        default="fashion-mnist",
+        choices=DATASET_NAMES,
+        help="another data set for the same preset (the tests use mnist-sample)",
+    )
+    demo.set_defaults(func=cmd_demo)
