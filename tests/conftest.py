@@ -47,10 +47,8 @@ def database_url() -> str | None:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "dispatch" in metafunc.fixturenames and metafunc.definition.get_closest_marker(
-        "every_dispatch"
-    ):
-        metafunc.parametrize("dispatch", DISPATCH_MODES, scope="session")
+    if "db" in metafunc.fixturenames and metafunc.definition.get_closest_marker("every_dispatch"):
+        metafunc.parametrize("db", DISPATCH_MODES, indirect=True, scope="session")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -79,12 +77,6 @@ def native_db():
 
 
 @pytest.fixture(scope="session")
-def dispatch() -> str:
-    """The dispatch mode of ``db`` where a module is not marked ``every_dispatch``."""
-    return "native"
-
-
-@pytest.fixture(scope="session")
 def handles_by_dispatch(native_db):
     """One handle per dispatch mode, opened on first use and kept for the session."""
     handles = {"native": native_db}
@@ -95,7 +87,11 @@ def handles_by_dispatch(native_db):
 
 
 @pytest.fixture(scope="session")
-def db(dispatch, handles_by_dispatch):
+def db(request: pytest.FixtureRequest, handles_by_dispatch):
+    # Parametrized by dispatch mode in modules marked every_dispatch; the engine's own elsewhere.
+    # The parameter is db's own, so pytest sets it up again, with what depends on it, whenever
+    # the mode changes.
+    dispatch = getattr(request, "param", "native")
     if dispatch not in handles_by_dispatch:
         import gpcnn
 

@@ -126,7 +126,8 @@ def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, db, schema):
     with db.begin() as conn:
         run_id = conn.execute(
             sa.text(
-                f'SELECT max(run_id) FROM {schema}.runs WHERE params LIKE \'%"merge": "average"%\''
+                f"SELECT max(run_id) FROM {schema}.runs WHERE table_name LIKE '{schema}_images.%%' "
+                f"AND params LIKE '%%\"merge\": \"average\"%%'"
             )
         ).scalar()
         conn.execute(
