@@ -7,9 +7,7 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 
 from __future__ import annotations
 
-import dataclasses
 import gc
-import json
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,31 +15,27 @@ from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
-from sklearn.exceptions import NotFittedError
 
 from gpcnn.data import arrays, staging
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
-from gpcnn.estimator import parameters
+from gpcnn.estimator import parameters, saving
+from gpcnn.estimator.predicting import Predicting
 from gpcnn.fit import compiling, loop, model_library, rules, runs
 from gpcnn.fit.errors import TrainingError
-from gpcnn.fit.predictions import probabilities, write_predictions
 from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.validation import (
     Validation,
     check_model_fits,
-    evaluate_arrays,
-    evaluate_table,
     is_table,
-    model_input,
     validation_source,
 )
 from gpcnn.kernel import wire
-from gpcnn.kernel.keras_setup import compiled_model, keras_module, rebuilt
+from gpcnn.kernel.keras_setup import compiled_model
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions, SegmentOptions
 
 
-class GreenplumCNN(ClassifierMixin, BaseEstimator):
+class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
     """Train a Keras model data-parallel over the segments of an image table.
 
     Parameters are stored untouched; ``fit`` never changes ``model``. Learned state ends in ``_``:
@@ -337,101 +331,6 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
         self.class_names_ = info.class_names
         self._model_json, self._options = model_json, options
 
-    # -- in-database evaluation and prediction ------------------------------------------------
-
-    def _require_fitted(self) -> None:
-        if not hasattr(self, "model_"):
-            raise NotFittedError("this GreenplumCNN is not fitted yet: call fit(table) first")
-
-    def _held(self) -> loop.HeldSessions:
-        return self.__dict__.setdefault("_sessions", loop.HeldSessions())
-
-    def _holding_sessions(self):
-        """The segment sessions of one call; a call inside one (a callback's) uses its caller's."""
-        return self._held()(self._db(), self.segments_, self._options.threads)
-
-    def _evaluate_table(self, info: ImageTable, options: SegmentOptions) -> dict:
-        with self._holding_sessions() as sessions:
-            return evaluate_table(
-                self._db(), sessions, info, self._model_json, options,
-                wire.model_to_bytes(self.model_),
-            )  # fmt: skip
-
-    def _weights(self) -> np.ndarray:
-        """``model_``'s weights as the one vector that predictions send."""
-        return wire.vector_of(list(self.model_.weights))
-
-    def predict_proba(self, x) -> np.ndarray:
-        """Class probabilities of images (arrays, locally) or of a table (in the database,
-        ``buffer_id`` order, as ``read_images`` returns them)."""
-        self._require_fitted()
-        if not is_table(x):
-            x = arrays.check_images(x)
-            return np.asarray(self.model_.predict(model_input(x), batch_size=1000, verbose=0))
-        info = describe(self._db(), x)
-        with self._holding_sessions() as sessions:
-            return probabilities(
-                self._db(), sessions, info, self._model_json, self._options, self._weights()
-            )
-
-    def predict(
-        self,
-        x,
-        *,
-        output_table=None,
-        pred_type: str = "response",
-        top_k: int | None = None,
-        replace: bool = False,
-    ):
-        """Predicted class labels of images or of a table; with ``output_table`` (a table ``x``
-        only), the predictions are computed on the segments and written into that table, keyed
-        by image id, with MADlib's columns: ``response`` (id, class_value, class_name, prob),
-        ``prob`` (one row per image and class), ``topk`` (id, rank, class_value, class_name,
-        prob) for the ``top_k`` most probable classes. Returns the output table's name then."""
-        if output_table is None:
-            return np.argmax(self.predict_proba(x), axis=1)
-        self._require_fitted()
-        if not is_table(x):
-            raise ValueError(
-                "output_table needs a table to predict: predict(table, output_table=…)"
-            )
-        info = describe(self._db(), x)
-        check_model_fits(self.model_, info)
-        with self._holding_sessions() as sessions:
-            model = (self._model_json, self._options, self._weights())
-            written = write_predictions(
-                self._db(), sessions, info, output_table, pred_type, top_k, model, replace
-            )
-        return str(written)
-
-    def evaluate(self, x, y=None) -> dict:
-        """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""
-        self._require_fitted()
-        if is_table(x):
-            values = self._evaluate_table(describe(self._db(), x), self._options)
-            values.pop("images", None)
-            return values
-        if y is None:
-            raise ValueError("evaluate(x, y) needs labels for arrays")
-        return evaluate_arrays(self.model_, x, y)
-
-    def score(self, X, y=None, sample_weight=None) -> float:
-        """Accuracy, the scikit-learn classifier convention: of a table computed in the
-        database (only the count of correct images comes back), of arrays locally."""
-        self._require_fitted()
-        if is_table(X):
-            if y is not None or sample_weight is not None:
-                raise ValueError("score(table) takes no y or sample_weight: the table has labels")
-            info = describe(self._db(), X)
-            check_model_fits(self.model_, info)
-            accuracy = dataclasses.replace(self._options.compile, metrics=("accuracy",))
-            values = self._evaluate_table(info, self._options.replace(compile=accuracy))
-            return float(values["accuracy"])
-        if y is None:
-            raise ValueError("score(x, y) needs labels for arrays")
-        correct = self.predict(X) == np.asarray(y)
-        return float(np.average(correct, weights=sample_weight))
-
     def set_params(self, **params) -> GreenplumCNN:
         """scikit-learn's, plus skorch-style routing: ``merge__eta=0.9`` sets ``merge_options``'s
         ``eta``, checked against the rule's options."""
@@ -453,32 +352,12 @@ class GreenplumCNN(ClassifierMixin, BaseEstimator):
     def save(self, path: str | Path) -> None:
         """``model_`` as a Keras ``.keras`` file (or ``.weights.h5``), with the estimator's
         parameters and history beside it in ``<path>.gpcnn.json``."""
-        self._require_fitted()
-        path = Path(path)
-        if path.name.endswith(".weights.h5"):
-            self.model_.save_weights(path)
-        elif path.suffix == ".keras":
-            self.model_.save(path)
-        else:
-            raise ValueError(f"{path}: use a .keras or .weights.h5 file name")
-        sidecar = {"params": self.stored_params(), **parameters.fitted_state(self)}
-        Path(f"{path}.gpcnn.json").write_text(json.dumps(sidecar, indent=1))
+        saving.save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> GreenplumCNN:
         """The fitted estimator that ``save`` wrote."""
-        path = Path(path)
-        sidecar = json.loads(Path(f"{path}.gpcnn.json").read_text())
-        if path.name.endswith(".weights.h5"):
-            model = rebuilt(sidecar["model_json"])
-            model.load_weights(path)
-        else:
-            model = keras_module().saving.load_model(path, safe_mode=True, compile=False)
-        est = cls(model, **parameters.loaded(sidecar["params"]))
-        parameters.set_fitted_state(est, sidecar)
-        est.model_ = compiled_model(sidecar["model_json"], est._compile_options())
-        est.model_.set_weights(model.get_weights())
-        return est
+        return saving.load(cls, path)
 
     # -- sessions -----------------------------------------------------------------------------
 
