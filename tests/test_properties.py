@@ -20,6 +20,7 @@ from hypothesis.extra import numpy as hnp
 from gpcnn.data import arrays
 from gpcnn.data.dealing import validate_images
 from gpcnn.engines.copying import BinaryRows, chunk_rows
+from gpcnn.engines.greenplum import GreenplumBackend
 from gpcnn.engines.identifiers import (
     IDENTIFIER_BYTES,
     MAX_NAME_BYTES,
@@ -36,6 +37,7 @@ from gpcnn.kernel.segment import LABEL_DTYPE
 
 OFFLINE = sa.create_engine("postgresql+psycopg2://")  # never connects: quoting only
 BACKEND = PostgresBackend(OFFLINE, "gpcnn")
+BACKENDS = (BACKEND, GreenplumBackend(OFFLINE, "gpcnn"))
 PREPARER = OFFLINE.dialect.identifier_preparer
 
 # -- table and column names ------------------------------------------------------------------------
@@ -86,15 +88,20 @@ def test_a_name_parses_to_parts_whose_quoted_sql_reads_back_the_same_or_is_refus
 
 
 def _statements_naming(name: TableName) -> list[str]:
-    """Statements gpcnn builds around a table's name: whatever the name, only its quoted SQL."""
+    """Statements each engine builds around a table's name: whatever the name, only its quoted
+    SQL."""
     staging = name.with_suffix("__gpcnn_staging")
     return [
-        *BACKEND.image_table_ddl(name, [0, 1]),
-        BACKEND.drop_ddl(name, if_exists=True),
-        BACKEND.rename_table_ddl(staging, name),
-        BACKEND.copy_sql(name),
-        BACKEND.read_sql(name, ids=True),
-        BACKEND.buffers_sql(name),
+        statement
+        for backend in BACKENDS
+        for statement in (
+            *backend.image_table_ddl(name, [0, 1]),
+            backend.drop_ddl(name, if_exists=True),
+            backend.rename_table_ddl(staging, name),
+            backend.copy_sql(name),
+            backend.read_sql(name, ids=True),
+            backend.buffers_sql(name),
+        )
     ]
 
 
