@@ -18,22 +18,39 @@ Markers (registered in setup.cfg; README's Tests section says how to select them
 - ``slow``: takes 20 s or more on 2 cores.
 - ``greenplum``: means something only on Greenplum; skipped on other engines.
 - ``every_dispatch``: run each test of the module in both dispatch modes.
+
+Hypothesis runs with the profile ``gpcnn`` registered here: seeded, no example database.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 
 os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+# Hypothesis caches what it reads of the sources: under the temporary directory, not the checkout.
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY",
+    os.path.join(tempfile.gettempdir(), f"gpcnn-hypothesis-{os.getuid()}"),
+)
 
 import pytest
+from hypothesis import settings
 
 from gpcnn.kernel import segment
 
 TEST_THREADS = 1
 segment.keras_module(threads=TEST_THREADS)
+
+# The property tests (test_properties.py): the same examples on every run (derandomized, no
+# example database: nothing written under .hypothesis), no deadline on a shared CPU; each property
+# sets its own max_examples.
+settings.register_profile(
+    "gpcnn", derandomize=True, deadline=None, database=None, print_blob=False, max_examples=200
+)
+settings.load_profile("gpcnn")
 
 TEST_SCHEMA = "gpcnn_test"
 DISPATCH_MODES = ("native", "statement")

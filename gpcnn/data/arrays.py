@@ -43,6 +43,10 @@ def _dense(x, caller: str) -> np.ndarray:
         )
     except (TypeError, ValueError) as e:
         raise type(e)(f"{e} {caller} takes {IMAGES}.") from None
+    if x.dtype.kind not in "biuf":  # strings, dates, durations: no pixels
+        raise TypeError(
+            f"{caller} takes numeric pixels, got {x.dtype} values: {caller} takes {IMAGES}."
+        )
     if x.dtype.kind in "if" and x.size and x.min() < 0:  # uint8 needs no pass
         raise ValueError(
             f"Negative values in data passed to {caller}: pixels are 0..255 (uint8) or 0..1 "
@@ -55,6 +59,8 @@ def _image_shape(x: np.ndarray, caller: str) -> np.ndarray:
     if x.ndim not in (3, 4):
         raise ValueError(f"images must be (N, H, W) or (N, H, W, C), got shape {x.shape}: "
                          f"{caller} takes {IMAGES}")  # fmt: skip
+    if 0 in x.shape[1:]:
+        raise ValueError(f"images of shape {x.shape[1:]} hold no pixels: {caller} takes {IMAGES}")
     return x
 
 
@@ -74,9 +80,14 @@ def check_labels(y, n_images: int, *, at_least_two: bool) -> np.ndarray:
             "(0, 1, ...) per image"
         )
     if not np.issubdtype(y.dtype, np.number):
+        such_as = f" such as {y.flat[0]!r}" if y.size else ""
         raise ValueError(
-            f"labels must be class indices (0, 1, ...), got {y.dtype} values such as "
-            f"{y.flat[0]!r}: map them to indices first (the table keeps class names)"
+            f"labels must be class indices (0, 1, ...), got {y.dtype} values{such_as}: map them "
+            "to indices first (the table keeps class names)"
+        )
+    if y.ndim != 1:  # a column (N, 1) is "binary" to type_of_target, and no class index
+        raise ValueError(
+            f"y of shape {y.shape}: give one class index per image, a 1-D array of {n_images}"
         )
     if len(y) != n_images:
         raise ValueError(f"{n_images} images but {len(y)} labels: give one label per image")

@@ -31,6 +31,8 @@ def validate_images(
         x = x[..., np.newaxis]
     if x.ndim != 4:
         raise TableError(f"images must be (N, H, W) or (N, H, W, C), got shape {x.shape}")
+    if 0 in x.shape[1:]:
+        raise TableError(f"images of shape {x.shape[1:]} hold no pixels")
     if x.dtype != np.uint8:
         if not np.issubdtype(x.dtype, np.floating):
             raise TableError(f"images must be uint8, or float in [0, 1]; got {x.dtype}")
@@ -48,6 +50,8 @@ def validate_images(
         raise TableError("no images to load")
     if y.min() < 0:
         raise TableError(f"labels must be >= 0, found {y.min()}")
+    if y.max() > np.iinfo(LABEL_DTYPE).max:  # stored as int32: it would wrap to another class
+        raise TableError(f"label {y.max()} is larger than the int32 labels a table stores")
     classes = int(num_classes) if num_classes is not None else int(y.max()) + 1
     if y.max() >= classes:
         raise TableError(f"label {y.max()} is out of range for {classes} classes")

@@ -173,6 +173,8 @@ def _check_columns(conn, backend, src: TableName, x: str, y: str, id_: str):
     if not types:
         raise TableError(f"no table {src} to pack")
     for role, column in (("x_column", x), ("y_column", y), ("id_column", id_)):
+        if "%" in column:  # psycopg2's parameter marker: the statements would name another column
+            raise TableError(f"{role}={column!r}: gpcnn cannot name a column holding '%'")
         if column not in types:
             raise TableError(f"{role}={column!r} is not a column of {src} ({', '.join(types)})")
     if types[x] not in IMAGE_TYPES:

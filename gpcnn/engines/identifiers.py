@@ -14,8 +14,9 @@ if TYPE_CHECKING:  # only for the annotation: base.py's statements take TableNam
     from gpcnn.engines.base import Backend
 
 STAGING_SUFFIX = "__gpcnn_staging"
+IDENTIFIER_BYTES = 63  # PostgreSQL's limit (NAMEDATALEN - 1): a longer name is silently cut
 # A name leaves room for the staging suffix and a partition's within the 63-byte limit.
-MAX_NAME_BYTES = 63 - len(STAGING_SUFFIX) - len("__seg9999")
+MAX_NAME_BYTES = IDENTIFIER_BYTES - len(STAGING_SUFFIX) - len("__seg9999")
 
 
 class TableError(ValueError):
@@ -38,13 +39,13 @@ class TableName:
         if isinstance(table, tuple | list):
             if len(table) != 2 or not all(isinstance(p, str) and p for p in table):
                 raise TableError(f"a table tuple must be (schema, table), got {table!r}")
-            return cls(table[0], table[1])
+            return cls(*(_checked_part(p, table) for p in table))
         if not isinstance(table, str):
             raise TableError(
                 f"expected a table name, got {type(table).__name__}: load arrays into a table "
                 "first with gpcnn.load_images(engine, table, x, y)"
             )
-        parts = _split_identifier(table)
+        parts = [_checked_part(p, table) for p in _split_identifier(table)]
         if len(parts) == 1:
             return cls(None, parts[0])
         if len(parts) == 2:
@@ -71,6 +72,27 @@ def checked_name(table) -> TableName:
             "suffixes for staging and partitions within PostgreSQL's 63-byte identifier limit"
         )
     return name
+
+
+def _checked_part(part: str, table: object) -> str:
+    """One identifier as PostgreSQL and the driver can take it: no NUL byte, no ``%`` (quoted
+    names reach psycopg2 with and without its ``%%`` escape, so "a%b" would be created as one
+    table and copied into as another), valid UTF-8, at most 63 bytes (the server would cut a
+    longer one to another name without an error)."""
+    if "\x00" in part:
+        raise TableError(f"{table!r}: a name cannot hold a NUL byte")
+    if "%" in part:  # psycopg2's parameter marker: some statements would name another table
+        raise TableError(f"{table!r}: a name cannot hold '%' (the driver's parameter marker)")
+    try:
+        size = len(part.encode())
+    except UnicodeEncodeError:
+        raise TableError(f"{table!r}: {part!r} is not valid Unicode text (a lone surrogate)") from None
+    if size > IDENTIFIER_BYTES:
+        raise TableError(
+            f"{table!r}: {part!r} is {size} bytes, longer than PostgreSQL's {IDENTIFIER_BYTES}-byte "
+            "identifier limit (the server would silently cut it to another name)"
+        )
+    return part
 
 
 def _split_identifier(text: str) -> list[str]:

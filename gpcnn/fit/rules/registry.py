@@ -65,13 +65,19 @@ def _checked(
             raise ValueError(f"{head} is not a bool: {option} must be True or False")
         return bool(value)
     real = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
-    if not real or not math.isfinite(value):
+    try:
+        number = float(value) if real else math.nan
+    except OverflowError:  # an int beyond any float: never in a range of floats
+        raise ValueError(
+            f"{head} is too large for a float: {option} must be {range_.allowed}"
+        ) from None
+    if not math.isfinite(number):
         raise ValueError(f"{head} is not a finite real number: {option} must be {range_.allowed}")
-    if not range_.test(float(value)):
+    if not range_.test(number):
         raise ValueError(
             f"{head} is out of range: {option} must be {range_.allowed}{range_.detail(value)}"
         )
-    return float(value)
+    return number
 
 
 def check_options(name: str, options: Mapping | None, segments: int) -> dict:
