@@ -7,21 +7,26 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import sys
 import threading
 import time
 from types import SimpleNamespace
 
 import numpy as np
+import psycopg2
+import psycopg2.errors
 import pytest
 import sqlalchemy as sa
+from threads import started
 from tiny import dense_net
 
 from gpcnn import release_sessions
 from gpcnn.data.tables import describe, load_images
+from gpcnn.engines import copying
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs, training
 from gpcnn.fit.errors import failure, once_more_if_lost
-from gpcnn.kernel import segment
+from gpcnn.kernel import segment, wire
 
 pytestmark = pytest.mark.every_dispatch
 
@@ -109,16 +114,7 @@ def _stored_iterations(db, run_id: int) -> list[dict]:
 def test_a_terminated_segment_backend_is_named_and_the_run_resumes(db, table, capfd):
     model = dense_net()
     est = estimator(db, model, iterations=3)
-    raised: list[BaseException] = []
-
-    def fit():
-        try:
-            est.fit(TABLE)
-        except BaseException as e:
-            raised.append(e)
-
-    fitting = threading.Thread(target=fit)
-    fitting.start()
+    fitting, raised = started(est.fit, TABLE)
     # One session per segment on PostgreSQL: terminate the second segment's; one for all otherwise.
     second = table.keys[1]
     victims = [second] if db.backend.per_segment_sessions else list(table.keys)
@@ -136,9 +132,12 @@ def test_a_terminated_segment_backend_is_named_and_the_run_resumes(db, table, ca
     assert error.segments == victims
     message = str(error)
     assert f"its server process (pid {pid}) was terminated" in message
+    # The server's own reason, not libpq's "server closed the connection unexpectedly" that
+    # psycopg2 raises after it (and once printed it, with a SystemError: issue 50).
+    assert "(terminating connection due to administrator command)" in message
     assert "pg_terminate_backend" in message
-    printed = capfd.readouterr().err  # the one error above, nothing printed from a thread
-    assert "Traceback" not in printed and "Exception ignored" not in printed, printed
+    # Nothing else: no trace printed by the driver or a thread (verbose=0: no log lines).
+    assert capfd.readouterr().err == ""
     stored = _stored_iterations(db, est.run_id_)
     assert [r["iteration"] for r in stored] == [r["iteration"] for r in est.history_]
     assert f"run {est.run_id_} keeps iteration {len(stored)}: fit(table, resume=" in message
@@ -147,6 +146,88 @@ def test_a_terminated_segment_backend_is_named_and_the_run_resumes(db, table, ca
     resumed = estimator(db, model, iterations=3).fit(TABLE, resume=est.run_id_)
     assert [r["iteration"] for r in resumed.history_] == [1, 2, 3]
     assert runs.load_run(db, est.run_id_).status == "finished"
+    whole = estimator(db, model, iterations=3).fit(TABLE)
+    np.testing.assert_array_equal(
+        wire.flatten(resumed.model_.get_weights()), wire.flatten(whole.model_.get_weights())
+    )
+    assert capfd.readouterr().err == ""
+
+
+class _Cursor:
+    """A DBAPI cursor whose ``copy_expert`` does what psycopg2's does when the server ends the
+    session mid-COPY: prints (PyErr_Print: through sys.excepthook) what ``printed`` gives, then
+    raises ``raised``, if any."""
+
+    def __init__(self, printed, raised):
+        self.printed, self.raised = printed, raised
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def copy_expert(self, sql, file, size):
+        if self.printed is not None:
+            sys.excepthook(type(self.printed), self.printed, None)
+        if self.raised is not None:
+            raise self.raised
+
+
+def _driver_connection(printed=None, raised=None):
+    return SimpleNamespace(cursor=lambda: _Cursor(printed, raised))
+
+
+def _printed_by_psycopg2(server_error: BaseException) -> SystemError:
+    printed = SystemError("<function decode at 0x1> returned a result with an exception set")
+    printed.__cause__ = server_error
+    return printed
+
+
+def test_a_copy_ended_by_the_server_raises_its_error_and_prints_nothing(monkeypatch, capfd):
+    """issue 50: psycopg2 raises libpq's "server closed the connection unexpectedly" and prints
+    the server's own error (chained to a SystemError); the server's is the one raised."""
+    seen = []
+    monkeypatch.setattr(sys, "excepthook", lambda *report: seen.append(report))
+    server = psycopg2.errors.AdminShutdown("terminating connection due to administrator command")
+    lost = psycopg2.OperationalError("server closed the connection unexpectedly")
+    connection = _driver_connection(_printed_by_psycopg2(server), lost)
+    with pytest.raises(psycopg2.errors.AdminShutdown) as raised:
+        copying.copy(connection, "COPY t TO STDOUT", copying.BinaryRows(("integer",)))
+    assert raised.value is server
+    assert seen == [] and capfd.readouterr().err == ""
+    assert sys.excepthook is not copying._keep_driver_prints  # put back
+
+    # The stream's own error still wins, with the server's as its cause.
+    stream = copying.CopyStream(iter([]))
+    stream.error = ValueError("bad images")
+    connection = _driver_connection(_printed_by_psycopg2(server), lost)
+    with pytest.raises(ValueError) as raised:
+        copying.copy(connection, "COPY t FROM STDIN", stream)
+    assert raised.value.__cause__ is server and seen == []
+
+
+def test_what_the_driver_prints_that_no_error_carries_is_printed_after_the_copy(monkeypatch):
+    """Nothing hidden: a report with no driver error in it, or printed by a COPY that then
+    succeeded, reaches the hook that was in place, once the COPY ended."""
+    seen = []
+    monkeypatch.setattr(sys, "excepthook", lambda *report: seen.append(report[1]))
+    other = RuntimeError("not the driver's")
+    copying.copy(_driver_connection(other), "COPY t TO STDOUT", copying.BinaryRows(("integer",)))
+    assert seen == [other]
+    # Another thread's report during a COPY goes straight to that hook.
+    printed = threading.Event()
+
+    class Reporting(_Cursor):
+        def copy_expert(self, sql, file, size):
+            reporter = threading.Thread(target=sys.excepthook, args=(RuntimeError, other, None))
+            reporter.start()
+            reporter.join()
+            printed.set()
+
+    connection = SimpleNamespace(cursor=lambda: Reporting(None, None))
+    copying.copy(connection, "COPY t TO STDOUT", copying.BinaryRows(("integer",)))
+    assert printed.is_set() and seen == [other, other]
 
 
 def test_greenplum_errors_name_the_segment_and_its_host():

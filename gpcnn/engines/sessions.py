@@ -56,13 +56,29 @@ class SessionError(RuntimeError):
     (``group``: the keys it served), the server process that ran it, and whether the connection
     was lost (the server process ended) rather than the statement failing."""
 
-    def __init__(self, error: BaseException, params: dict, pid: int | None, lost: bool) -> None:
+    def __init__(
+        self,
+        error: BaseException,
+        params: dict,
+        pid: int | None,
+        lost: bool,
+        warning: str | None = None,
+    ) -> None:
         super().__init__(str(error).strip() or repr(error))
         self.error, self.params, self.pid, self.lost = error, params, pid, lost
+        self.warning = warning
 
     @property
     def cancelled(self) -> bool:
         return getattr(self.error, "pgcode", None) == QUERY_CANCELED
+
+    @property
+    def collateral(self) -> bool:
+        """The server ended this session because of something else, and warned it first: when
+        one server process crashes (SIGKILL, the OOM killer), the postmaster ends every other
+        with "terminating connection because of crash of another server process" (a WARNING,
+        then the connection closes with no error); the crashed one says nothing."""
+        return self.lost and self.warning is not None
 
 
 class SessionPool:
@@ -144,6 +160,15 @@ def _alive(conn) -> bool:
         return False
 
 
+def _last_warning(conn) -> str | None:
+    """The server's last WARNING to this session, its first line (severity off), if it was the
+    last thing the session heard."""
+    severity, _, text = (conn.notices[-1] if conn.notices else "").partition(":")
+    if severity != "WARNING" or not text.strip():
+        return None
+    return text.strip().splitlines()[0]
+
+
 POOL = SessionPool()
 atexit.register(POOL.clear)
 
@@ -202,6 +227,7 @@ class SegmentSessions:
     def _run(self, index: int, sql: str, params: dict, binary=None) -> list[tuple]:
         conn = self._connections[index]
         pid = conn.info.backend_pid
+        del conn.notices[:]  # what the server says during this statement only
         try:
             if binary is not None:  # a COPY (query) TO STDOUT: rows parsed by the sink
                 with binary() as sink:  # closed however the stream ends
@@ -213,7 +239,9 @@ class SegmentSessions:
         except Exception as e:
             if not type(e).__module__.startswith("psycopg2"):
                 raise
-            raise SessionError(e, params, pid, lost=bool(conn.closed)) from e
+            lost = bool(conn.closed)
+            warning = _last_warning(conn) if lost and getattr(e, "pgcode", None) is None else None
+            raise SessionError(e, params, pid, lost, warning) from e
 
     def _compiled(self, statement: str) -> str:
         return sa.text(statement).compile(dialect=self._dialect).string
@@ -225,7 +253,8 @@ class SegmentSessions:
     def map(self, sql: str, params: Sequence[dict], binary=None) -> list[list[tuple]]:
         """Run ``sql`` once per parameter set, the i-th on session i, all at once. On an error or
         Ctrl-C every running statement is cancelled before the exception propagates; a failed
-        statement raises ``SessionError`` (the first failure that is not a cancellation). With
+        statement raises ``SessionError`` (the first failure that is neither a cancellation nor a
+        session the server ended because another crashed, see ``collateral``). With
         ``binary`` (a factory of ``copying.BinaryRows`` sinks), ``sql`` is a binary
         ``COPY (query) TO STDOUT`` and its rows come back parsed."""
         if len(params) > len(self._connections):
@@ -236,8 +265,10 @@ class SegmentSessions:
             wait(futures, return_when="FIRST_EXCEPTION")
             failed = [f.exception() for f in futures if f.done() and f.exception() is not None]
             if failed:
-                causes = [e for e in failed if not getattr(e, "cancelled", False)]
-                raise (causes or failed)[0]
+                # The cause first: not a statement cancelled or a session ended because of it.
+                ended = [e for e in failed if not getattr(e, "cancelled", False)]
+                causes = [e for e in ended if not getattr(e, "collateral", False)]
+                raise (causes or ended or failed)[0]
             return [f.result() for f in futures]
         except BaseException:
             self._stop(futures)

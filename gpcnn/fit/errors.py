@@ -54,7 +54,7 @@ def database_call(what: str, call, *args, **kwargs):
     try:
         return call(*args, **kwargs)
     except SessionError as e:
-        raise failure(what, e.error, e.params.get("group"), e.pid, e.lost) from None
+        raise failure(what, e.error, e.params.get("group"), e.pid, e.lost, e.warning) from None
     except DatabaseError as e:
         raise failure(what, e.orig, lost=bool(e.connection_invalidated)) from None
     except Exception as e:
@@ -81,12 +81,16 @@ def failure(
     keys: Sequence[int] | None = None,
     pid: int | None = None,
     lost: bool = False,
+    warning: str | None = None,
 ) -> TrainingError:
     """The ``TrainingError`` of a driver error met while ``what`` ran on the segments ``keys``
-    (those of the failed statement: one on PostgreSQL's per-segment sessions, all otherwise)."""
+    (those of the failed statement: one on PostgreSQL's per-segment sessions, all otherwise).
+    ``warning``: what the server said last to a session it ended with no error of its own (the
+    driver's is then "no message from the libpq")."""
     text = str(error).strip()
     diag = getattr(error, "diag", None)
     message = (getattr(diag, "message_primary", None) or text.split("\n")[0] or repr(error)).strip()
+    message = warning or message
     details = "\n".join(filter(None, [getattr(diag, "message_detail", None), text]))
     context = "\n".join(filter(None, [getattr(diag, "context", None), details]))
     # The engine's mention of a server process first (Greenplum's suffix): it follows the
