@@ -15,7 +15,7 @@ Markers (registered in setup.cfg; README's Tests section says how to select them
 
 - ``db``: needs the database server. Set here on every test that uses a database fixture; modules
   that start servers of their own mark themselves.
-- ``slow``: takes 20 s or more on 2 cores.
+- ``slow``: takes about 10 s or more alone on 2 cores (20 s and more under load).
 - ``greenplum``: means something only on Greenplum; skipped on other engines.
 - ``every_dispatch``: run each test of the module in both dispatch modes.
 
