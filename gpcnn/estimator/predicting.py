@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
-from gpcnn.data import arrays
+from gpcnn.data import arrays, pixels
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.fit import loop
 from gpcnn.fit.predictions import probabilities, write_predictions
@@ -50,13 +50,22 @@ class Predicting:
         """``model_``'s weights as the one vector that predictions send."""
         return wire.vector_of(list(self.model_.weights))
 
+    def _arrays_input(self, x) -> np.ndarray:
+        """Arrays checked and shaped as ``model_`` takes them (``gpcnn.data.pixels``' rules)."""
+        x = arrays.check_images(x, positive_only=self.__sklearn_tags__().input_tags.positive_only)
+        item = (*x.shape[1:], 1) if x.ndim == 3 else x.shape[1:]
+        shape = pixels.fitted_shape(
+            item, self.model_.input_shape[1:], where="X", caller=type(self).__name__
+        )
+        return model_input(x, shape)
+
     def predict_proba(self, x) -> np.ndarray:
-        """Class probabilities of images (arrays, locally) or of a table (in the database,
-        ``buffer_id`` order, as ``read_images`` returns them)."""
+        """Class probabilities of arrays (locally) or of a table (in the database, ``buffer_id``
+        order, as ``read_images`` returns them); the columns follow ``classes_``."""
         self._require_fitted()
         if not is_table(x):
-            x = arrays.check_images(x)
-            return np.asarray(self.model_.predict(model_input(x), batch_size=1000, verbose=0))
+            inputs = self._arrays_input(x)
+            return np.asarray(self.model_.predict(inputs, batch_size=1000, verbose=0))
         info = describe(self._db(), x)
         with self._holding_sessions() as sessions:
             return probabilities(
@@ -72,13 +81,15 @@ class Predicting:
         top_k: int | None = None,
         replace: bool = False,
     ):
-        """Predicted class labels of images or of a table; with ``output_table`` (a table ``x``
-        only), the predictions are computed on the segments and written into that table, keyed
-        by image id, with MADlib's columns: ``response`` (id, class_value, class_name, prob),
-        ``prob`` (one row per image and class), ``topk`` (id, rank, class_value, class_name,
-        prob) for the ``top_k`` most probable classes. Returns the output table's name then."""
+        """Predicted labels (of ``classes_``, of the fitted labels' type) of arrays or of a
+        table; with ``output_table`` (a table ``x`` only), the predictions are computed on the
+        segments and written into that table, keyed by image id, with MADlib's columns:
+        ``response`` (id, class_value, class_name, prob), ``prob`` (one row per image and
+        class), ``topk`` (id, rank, class_value, class_name, prob) for the ``top_k`` most
+        probable classes. Returns the output table's name then."""
         if output_table is None:
-            return np.argmax(self.predict_proba(x), axis=1)
+            probabilities = self.predict_proba(x)
+            return self.classes_[np.argmax(probabilities, axis=1)]
         self._require_fitted()
         if not is_table(x):
             raise ValueError(
@@ -102,7 +113,8 @@ class Predicting:
             return values
         if y is None:
             raise ValueError("evaluate(x, y) needs labels for arrays")
-        return evaluate_arrays(self.model_, x, y)
+        codes = arrays.known_classes(np.asarray(y), self.classes_)
+        return evaluate_arrays(self.model_, self._arrays_input(x), codes)
 
     def score(self, X, y=None, sample_weight=None) -> float:
         """Accuracy, the scikit-learn classifier convention: of a table computed in the
@@ -120,4 +132,3 @@ class Predicting:
             raise ValueError("score(x, y) needs labels for arrays")
         correct = self.predict(X) == np.asarray(y)
         return float(np.average(correct, weights=sample_weight))
-
