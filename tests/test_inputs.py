@@ -123,15 +123,15 @@ def test_pack_table_packs_feature_rows_and_refuses_a_bad_shape(db):
     with db.begin() as conn:
         conn.exec_driver_sql("DROP TABLE IF EXISTS inputs_raw")
         conn.exec_driver_sql("CREATE TABLE inputs_raw (id int, f real[], label int)")
-        rows = [{"i": i, "f": [i / 10, 0.5, 0.25], "y": 3 + 4 * (i % 2)} for i in range(8)]
+        rows = [{"i": i, "f": [i / 10, 0.5, 0.25, 0, 1], "y": 3 + 4 * (i % 2)} for i in range(8)]
         conn.execute(sa.text("INSERT INTO inputs_raw VALUES (:i, :f, :y)"), rows)
     info = gpcnn.pack_table(db, "inputs_raw", "inputs_packed", x_column="f", y_column="label",
-                            id_column="id", shape=(3,), normalized=True, segments=2,
+                            id_column="id", shape=(5,), normalized=True, segments=2,
                             replace=True)  # fmt: skip
-    assert describe(db, "inputs_packed").image_shape == (3,) and info.class_names == ("3", "7")
+    assert describe(db, "inputs_packed").image_shape == (5,) and info.class_names == ("3", "7")
     x, _ = read_images(db, "inputs_packed")
-    assert x.dtype == np.uint8 and x.shape == (8, 3)
-    with pytest.raises(TableError, match=r"give shape=\(H, W, C\), or shape=\(3,\)"):
+    assert x.dtype == np.uint8 and x.shape == (8, 5)
+    with pytest.raises(TableError, match=r"give shape=\(H, W, C\), or shape=\(5,\)"):
         gpcnn.pack_table(db, "inputs_raw", "inputs_never", x_column="f", y_column="label",
                          id_column="id", segments=2)  # fmt: skip
     with pytest.raises(ValueError, match=r"takes inputs of shape \(4,\).*inputs_packed"):

@@ -154,8 +154,8 @@ def known_classes(y: np.ndarray, classes: np.ndarray) -> np.ndarray:
     found = (codes < len(classes)) & (classes[np.minimum(codes, len(classes) - 1)] == y)
     if not found.all():
         raise ValueError(
-            f"y holds {y[~found][0]!r}, not one of the classes {_listed(classes)}: partial_fit "
-            "learns the classes of its first call (pass them all as classes=...)"
+            f"y holds {_listed(y[~found][:1])}, not one of the classes ({_listed(classes)}): "
+            "partial_fit learns the classes of its first call (pass them all as classes=...)"
         )
     return codes.astype(np.int64)
 
