@@ -102,7 +102,7 @@ def test_flat_rows_train_an_image_model_as_its_images_do(db):
 
 
 @pytest.mark.slow
-def test_string_labels_come_back_from_predict_and_into_a_table_by_name(db):
+def test_string_labels_come_back_from_predict_and_into_a_table_by_name(db, tmp_path):
     rng = np.random.default_rng(1)
     y = SPECIES[rng.integers(0, 3, 60)]
     x = rng.normal(size=(60, 4)) + (np.searchsorted(SPECIES, y)[:, None] * 2.0)
@@ -114,6 +114,10 @@ def test_string_labels_come_back_from_predict_and_into_a_table_by_name(db):
         assert est.predict_proba(x).shape == (60, 3) and "val_loss" in est.history_[-1]
         assert est.score(x, y) > 0.5 and set(est.evaluate(x, y)) >= {"loss", "accuracy"}
         table = est.predict("inputs_species", output_table="inputs_species_out", replace=True)
+        est.save(tmp_path / "species.keras")
+        loaded = GreenplumCNN.load(tmp_path / "species.keras")
+        assert loaded.n_features_in_ == 4
+        np.testing.assert_array_equal(loaded.predict(x), est.predict(x))
     with db.connect() as conn:
         names = set(conn.execute(sa.text(f"SELECT DISTINCT class_name FROM {table}")).scalars())
     assert names <= set(SPECIES)

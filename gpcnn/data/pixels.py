@@ -72,6 +72,11 @@ def _check_pixel_range(x: np.ndarray, error: type[Exception]) -> None:
         raise error(f"{x.dtype} values {x.min()}..{x.max()}: {PIXEL_RANGE}")
 
 
+def item_shape(x: np.ndarray) -> tuple[int, ...]:
+    """One item's shape as a table of ``x`` stores it: images (N, H, W) with their channel."""
+    return (*x.shape[1:], 1) if x.ndim == 3 else tuple(x.shape[1:])
+
+
 def fitted_shape(
     data: Sequence[int], model: Sequence[int], *, where: str, caller: str = "the_model"
 ) -> tuple[int, ...]:

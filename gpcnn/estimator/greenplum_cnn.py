@@ -7,10 +7,7 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 
 from __future__ import annotations
 
-import functools
 import gc
-import inspect
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,10 +15,11 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from gpcnn.data import arrays, pixels, staging
+from gpcnn.data import arrays
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
 from gpcnn.estimator import parameters, saving
+from gpcnn.estimator.array_fitting import ArrayFitting, is_builder, takes_rows
 from gpcnn.estimator.predicting import Predicting
 from gpcnn.fit import compiling, loop, model_library, rules, runs
 from gpcnn.fit.errors import TrainingError
@@ -29,7 +27,6 @@ from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.validation import (
     Validation,
     check_model_fits,
-    is_table,
     validation_source,
 )
 from gpcnn.kernel import wire
@@ -37,7 +34,7 @@ from gpcnn.kernel.keras_setup import compiled_model
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions, SegmentOptions
 
 
-class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
+class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
     """Train a Keras model data-parallel over the segments of an image table.
 
     Parameters are stored untouched; ``fit`` never changes ``model``. Learned state ends in ``_``:
@@ -187,7 +184,7 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
         stored one, unseen) takes images of non-negative pixels, and the checks, which feed
         2-D rows of varying width, are skipped. ``fit(table)`` needs no y: the table holds it."""
         tags = super().__sklearn_tags__()
-        rows = _takes_rows(self.model)
+        rows = takes_rows(self.model)
         tags.input_tags.two_d_array = rows
         tags.input_tags.three_d_array = True
         tags.input_tags.positive_only = not rows
@@ -207,7 +204,7 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
     def _model(self, info: ImageTable | None = None) -> Any:
         """``model``, the model stored under that name (read again by every call), or the
         function's model built for ``info``'s items and classes (None before a table)."""
-        if _is_builder(self.model):
+        if is_builder(self.model):
             return None if info is None else self.model(tuple(info.image_shape), info.num_classes)
         return model_library.keras_model(self._db(), self.model)
 
@@ -261,8 +258,8 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
     ) -> GreenplumCNN:
         """One more iteration: of the current run when ``X`` is its table, else from ``model_``'s
         weights in a new run (the history goes on). ``classes``, as in scikit-learn, lists every
-        class ``y`` may hold: for gpcnn always ``range(units)`` of the model's last layer, so it
-        may be omitted, and a batch may hold one class only."""
+        label ``y`` may hold, as many as the model's output units (the labels of the first call
+        by default); ``classes_`` is them sorted. It may be omitted (a batch may then hold one class only)."""
         if classes is not None:
             classes = arrays.check_classes(classes, self._units())
         X, y = self._checked_input(X, y, at_least_two=False)
@@ -279,52 +276,8 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
             return self._fit(db, table, validation, callbacks, self.run_id_, total)
         return self._fit(db, table, validation, callbacks, None, total, warm=True)
 
-    def _checked_input(self, X, y, *, at_least_two: bool):
-        """A table as it is (``_training_table`` checks its y), arrays through
-        ``gpcnn.data.arrays`` before anything reaches the database (negative rows for a model of
-        rows only, as the tags say)."""
-        if is_table(X):
-            return X, y
-        positive_only = self.__sklearn_tags__().input_tags.positive_only
-        return arrays.check_training(X, y, at_least_two=at_least_two, positive_only=positive_only)
-
     def _validation_of(self, validation_data):
         return self.validation_table if validation_data is None else validation_data
-
-    def _reference(self, warm: bool) -> tuple[np.ndarray | None, Any]:
-        """The classes and the model that arrays must fit: the fitted ones when training goes
-        on from ``model_``, else none (the labels') and ``model`` (None: a function's)."""
-        return (self.classes_, self.model_) if warm else (None, self._model())
-
-    def _training_table(self, db: Database, X, y, classes: np.ndarray | None, model: Any):
-        """The table to train on: ``X`` itself, or arrays, checked against ``model`` (None: one
-        built for them) and staged with their labels' class indices among ``classes`` (None:
-        the labels' own, ``arrays.fit_classes``); the classes and the rows' width wait in
-        ``_arrays_fitted`` for ``_adopt``."""
-        if is_table(X):
-            if y is not None:
-                raise ValueError("y goes with arrays: a table holds its labels")
-            self._arrays_fitted = None
-            return X
-        if model is not None:  # before anything is staged
-            pixels.fitted_shape(_item_shape(X), model.input_shape[1:], where="X",
-                                caller=type(self).__name__)  # fmt: skip
-        if classes is None:
-            units = None if model is None else int(model.output_shape[-1])
-            classes, codes = arrays.fit_classes(y, units)
-        else:
-            codes = arrays.known_classes(y, classes)
-        indices = np.array_equal(classes, np.arange(len(classes)))
-        name = staging.stage(
-            db, X, codes, num_classes=len(classes), seed=self.seed,
-            class_names=None if indices else [str(c) for c in classes],
-        )  # fmt: skip
-        staged = self.__dict__.setdefault("_staged", [])
-        staged.append(name)
-        if "_staged_finalizer" not in self.__dict__:
-            self._staged_finalizer = weakref.finalize(self, staging.drop_staged, db, staged)
-        self._arrays_fitted = (classes, X.shape[1] if X.ndim == 2 else None)
-        return name
 
     def _fit(self, db, table, validation_data, callbacks, resume, total, warm=None):
         loop.check_callbacks(callbacks)
@@ -357,14 +310,6 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
             callbacks=callbacks, verbose=self.verbose, total=total,
         )  # fmt: skip
         return self
-
-    def _indexed(self, validation):
-        """Validation arrays ``(x, y)`` with ``y`` as class indices of the fit's classes."""
-        fitted = getattr(self, "_arrays_fitted", None)
-        if fitted is None or is_table(validation) or not isinstance(validation, tuple):
-            return validation
-        x, y = validation
-        return x, arrays.known_classes(np.asarray(y), fitted[0])
 
     def _segment_options(
         self, db: Database, info: ImageTable, input_shape: Sequence[int]
@@ -454,22 +399,6 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
 GreenplumCNN.__doc__ = GreenplumCNN.__doc__.replace(
     "{RULES}", "{" + ", ".join(f'"{name}"' for name in rules.RULES) + "}"
 )
-
-
-def _is_builder(model: Any) -> bool:
-    """Whether ``model`` is a function that builds the model for the data (not a model)."""
-    return inspect.isfunction(model) or isinstance(model, functools.partial)
-
-
-def _takes_rows(model: Any) -> bool:
-    """Whether ``model`` takes feature rows: a function (built for any data) or a Keras model
-    whose input is (F,)."""
-    return _is_builder(model) or len(getattr(model, "input_shape", ())) == 2
-
-
-def _item_shape(x: np.ndarray) -> tuple[int, ...]:
-    """One item's shape, as a table of ``x`` stores it (images with their channel)."""
-    return (*x.shape[1:], 1) if x.ndim == 3 else x.shape[1:]
 
 
 __all__ = ["OPTIMIZER_STATES", "GreenplumCNN", "TrainingError"]

@@ -50,12 +50,18 @@ class Predicting:
         """``model_``'s weights as the one vector that predictions send."""
         return wire.vector_of(list(self.model_.weights))
 
+    def _described(self, table) -> ImageTable:
+        """``table``'s description, refused before any work unless ``model_`` takes its items
+        and classes (``check_model_fits``)."""
+        info = describe(self._db(), table)
+        check_model_fits(self.model_, info)
+        return info
+
     def _arrays_input(self, x) -> np.ndarray:
         """Arrays checked and shaped as ``model_`` takes them (``gpcnn.data.pixels``' rules)."""
         x = arrays.check_images(x, positive_only=self.__sklearn_tags__().input_tags.positive_only)
-        item = (*x.shape[1:], 1) if x.ndim == 3 else x.shape[1:]
         shape = pixels.fitted_shape(
-            item, self.model_.input_shape[1:], where="X", caller=type(self).__name__
+            pixels.item_shape(x), self.model_.input_shape[1:], where="X", caller=type(self).__name__
         )
         return model_input(x, shape)
 
@@ -66,7 +72,7 @@ class Predicting:
         if not is_table(x):
             inputs = self._arrays_input(x)
             return np.asarray(self.model_.predict(inputs, batch_size=1000, verbose=0))
-        info = describe(self._db(), x)
+        info = self._described(x)
         with self._holding_sessions() as sessions:
             return probabilities(
                 self._db(), sessions, info, self._model_json, self._options, self._weights()
@@ -95,8 +101,7 @@ class Predicting:
             raise ValueError(
                 "output_table needs a table to predict: predict(table, output_table=…)"
             )
-        info = describe(self._db(), x)
-        check_model_fits(self.model_, info)
+        info = self._described(x)
         with self._holding_sessions() as sessions:
             model = (self._model_json, self._options, self._weights())
             written = write_predictions(
@@ -108,7 +113,7 @@ class Predicting:
         """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""
         self._require_fitted()
         if is_table(x):
-            values = self._evaluate_table(describe(self._db(), x), self._options)
+            values = self._evaluate_table(self._described(x), self._options)
             values.pop("images", None)
             return values
         if y is None:
@@ -123,8 +128,7 @@ class Predicting:
         if is_table(X):
             if y is not None or sample_weight is not None:
                 raise ValueError("score(table) takes no y or sample_weight: the table has labels")
-            info = describe(self._db(), X)
-            check_model_fits(self.model_, info)
+            info = self._described(X)
             accuracy = dataclasses.replace(self._options.compile, metrics=("accuracy",))
             values = self._evaluate_table(info, self._options.replace(compile=accuracy))
             return float(values["accuracy"])
