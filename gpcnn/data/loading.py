@@ -74,9 +74,9 @@ def load_images(
         any value (stored as float32); or an image source, such as a folder from
         ``load_image_folder``. ``gpcnn.data.pixels`` states the rule.
     y : ndarray, optional
-        One label per image: class indices (0..classes-1), or values of any type (strings,
-        floats), which map to their sorted distinct values as ``pack_table`` maps a table's, kept
-        as the class names; None for a source, which carries its labels.
+        One label per image: class indices (0..classes-1), or names (strings), which map to
+        their sorted distinct values as ``pack_table`` maps a table's, kept as the class names;
+        None for a source, which carries its labels.
     ids : array of int, optional
         Distinct image ids, kept through training and predictions.
     segments : int, optional

@@ -40,11 +40,11 @@ def stored(x: np.ndarray, *, stacklevel: int = 2) -> np.ndarray:
         raise TableError(
             f"images must be numbers (uint8, integers 0..255 or floats); got {x.dtype}"
         )
-    if x.size and not np.isfinite(x).all():
-        raise TableError("images and feature rows must be finite: no NaN or infinity")
     if x.ndim == 2:
+        if x.size and not np.isfinite(x).all():
+            raise TableError("feature rows must be finite: no NaN or infinity")
         return x.astype(FEATURE_DTYPE)
-    if x.size and (x.min() < 0 or x.max() > 1):
+    if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
         raise TableError("float images must lie in [0, 1] (store uint8 0..255 otherwise)")
     warnings.warn(
         "float images in [0, 1] are stored as uint8 (rounded x*255)", stacklevel=stacklevel

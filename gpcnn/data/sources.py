@@ -88,8 +88,8 @@ class ImageSource(ABC):
 
 class ArrayImages(ImageSource):
     """Images (uint8 N×H×W×C) or feature rows (float32 N×F) held in memory and int32 labels,
-    checked by ``validate_images``. Labels that are not class indices (strings, floats) map to
-    their sorted distinct values, which become the class names, as ``pack_table`` maps a
+    checked by ``validate_images``. Labels that are names (strings, objects) map to their
+    sorted distinct values, which become the class names, as ``pack_table`` maps a
     table's (``arrays.class_values``)."""
 
     what = "arrays"
@@ -98,7 +98,7 @@ class ArrayImages(ImageSource):
         if class_names is not None and num_classes is not None and num_classes != len(class_names):
             raise TableError(f"{len(class_names)} class names for {num_classes} classes")
         y = np.asarray(y)
-        if class_names is None and y.size and not np.issubdtype(y.dtype, np.integer):
+        if class_names is None and y.dtype.kind in "USO":  # names, not class indices
             class_names, y = class_values(y)
         names = None if class_names is None else tuple(str(c) for c in class_names)
         self.x, self.y, self._classes = validate_images(
