@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from sklearn.exceptions import DataConversionWarning
 
 from gpcnn.data import arrays
 from gpcnn.data.dealing import validate_images
@@ -269,14 +270,15 @@ def test_images_to_predict_are_accepted_as_n_h_w_c_numbers_or_refused_with_a_val
     checked = _accepted(arrays.check_images, x)
     if checked is None:
         return
-    assert checked.ndim in (3, 4) and checked.size > 0
+    assert checked.ndim in (2, 3, 4) and checked.size > 0
     assert checked.dtype.kind in "biuf"
     assert np.isfinite(checked).all() and (checked.dtype.kind in "bu" or checked.min() >= 0)
+    assert checked.dtype.kind == "f" or checked.max() <= 255  # integers are pixels
 
 
 @settings(max_examples=600)
 @given(TRAINING_INPUTS, st.booleans())
-def test_arrays_to_fit_are_accepted_as_images_and_class_indices_or_refused_with_a_value_or_type_error(
+def test_arrays_to_fit_are_accepted_as_images_or_rows_and_labels_or_refused_with_a_value_or_type_error(
     pair, at_least_two
 ):
     x, y = pair
@@ -284,16 +286,16 @@ def test_arrays_to_fit_are_accepted_as_images_and_class_indices_or_refused_with_
     if accepted is None:
         return
     checked, labels = accepted
-    assert checked.ndim in (3, 4) and checked.size > 0 and checked.dtype.kind in "biuf"
-    assert labels.dtype == np.int64 and labels.shape == (len(checked),)
-    assert np.array_equal(labels, np.asarray(y).astype(np.float64))
+    assert checked.ndim in (2, 3, 4) and checked.size > 0 and checked.dtype.kind in "biuf"
+    assert labels.shape == (len(checked),)
+    assert np.array_equal(labels, np.asarray(y).reshape(-1))  # the labels, as they were given
     if at_least_two:
         assert len(np.unique(labels)) >= 2
 
 
 @settings(max_examples=600)
 @given(TRAINING_INPUTS, st.none() | st.none() | st.integers(-2, 6) | st.integers(-2, 2**33))
-def test_images_to_load_become_uint8_n_h_w_c_and_int32_classes_or_are_refused_with_a_table_error(
+def test_images_to_load_become_uint8_n_h_w_c_or_float32_rows_and_int32_classes_or_a_table_error(
     pair, num_classes
 ):
     x, y = pair
@@ -301,7 +303,9 @@ def test_images_to_load_become_uint8_n_h_w_c_and_int32_classes_or_are_refused_wi
     if accepted is None:
         return
     images, labels, classes = accepted
-    assert images.dtype == np.uint8 and images.ndim == 4 and images.size > 0
+    assert images.size > 0
+    assert (images.dtype, images.ndim) in ((np.uint8, 4), (np.uint8, 2), (np.float32, 2))
+    assert images.dtype == np.uint8 or np.asarray(x).dtype.kind == "f"  # floats rows, as given
     assert images.flags.c_contiguous
     assert labels.dtype == LABEL_DTYPE and labels.shape == (len(images),)
     assert np.array_equal(labels, np.asarray(y))  # the same classes: nothing wrapped
@@ -549,11 +553,14 @@ def test_images_without_pixels_are_refused():
         validate_images(np.zeros((2, 3, 0), np.uint8), np.array([0, 1]))
 
 
-def test_labels_as_a_column_are_refused_before_the_database():
-    with pytest.raises(ValueError, match=r"y of shape \(2, 1\): give one class index per image"):
-        arrays.check_training(np.zeros((2, 2, 2)), np.array([[0], [1]]), at_least_two=True)
+def test_labels_as_a_column_are_raveled_with_scikit_learns_warning():
+    with pytest.warns(DataConversionWarning, match="column-vector y"):
+        _, y = arrays.check_training(np.zeros((2, 2, 2)), np.array([[0], [1]]), at_least_two=True)
+    assert y.shape == (2,)
+    with pytest.raises(ValueError, match="Unknown label type: multilabel-indicator"):
+        arrays.check_training(np.zeros((2, 2, 2)), np.array([[0, 1], [1, 0]]), at_least_two=True)
 
 
-def test_empty_labels_that_are_not_numbers_are_refused_with_a_value_error():
-    with pytest.raises(ValueError, match="labels must be class indices"):
+def test_empty_labels_are_refused_with_a_value_error():
+    with pytest.raises(ValueError, match="1 images but 0 labels"):
         arrays.check_training(np.zeros((1, 2, 2)), np.array([], dtype=bool), at_least_two=False)

@@ -44,3 +44,19 @@ def dense_net(classes: int = 3):
             keras.layers.Dense(classes, activation="softmax"),
         ]
     )
+
+
+def dense_rows(input_shape=(4,), classes: int = 3):
+    """Dense(16, relu) → Dense(classes) for feature rows of any width, the same initial weights
+    every call (seeded initializers): the model function of scikit-learn's checks."""
+    keras = segment.keras_module()
+    return keras.Sequential(
+        [
+            keras.Input(tuple(input_shape)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(16, "relu", kernel_initializer=keras.initializers.GlorotUniform(1)),
+            keras.layers.Dense(
+                classes, "softmax", kernel_initializer=keras.initializers.GlorotUniform(2)
+            ),
+        ]
+    )

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from gpcnn.data import pixels
 from gpcnn.engines.identifiers import TableError
 from gpcnn.kernel.segment import LABEL_DTYPE
 
@@ -22,26 +22,21 @@ ID_DTYPE = np.dtype("<i8")  # one id per image, as the user gave it (default: it
 def validate_images(
     x, y, num_classes: int | None = None, *, stacklevel: int = 2
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Return (uint8 N×H×W×C images, int32 labels, number of classes), or raise TableError.
+    """Return (images N×H×W×C or feature rows N×F, as ``pixels.stored`` keeps them; int32
+    labels; number of classes), or raise TableError.
 
     ``stacklevel`` is the frame the warning about float images names (``warnings.warn``'s)."""
     x = np.asarray(x)
     y = np.asarray(y)
     if x.ndim == 3:
         x = x[..., np.newaxis]
-    if x.ndim != 4:
-        raise TableError(f"images must be (N, H, W) or (N, H, W, C), got shape {x.shape}")
+    if x.ndim not in (2, 4):
+        raise TableError(
+            f"images must be (N, H, W) or (N, H, W, C), or feature rows (N, F); got shape {x.shape}"
+        )
     if 0 in x.shape[1:]:
         raise TableError(f"images of shape {x.shape[1:]} hold no pixels")
-    if x.dtype != np.uint8:
-        if not np.issubdtype(x.dtype, np.floating):
-            raise TableError(f"images must be uint8, or float in [0, 1]; got {x.dtype}")
-        if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
-            raise TableError("float images must lie in [0, 1] (store uint8 0..255 otherwise)")
-        warnings.warn(
-            "float images in [0, 1] are stored as uint8 (rounded x*255)", stacklevel=stacklevel
-        )
-        x = np.rint(x * 255).astype(np.uint8)
+    x = pixels.stored(x, stacklevel=stacklevel + 1)
     if y.ndim != 1 or (y.size and not np.issubdtype(y.dtype, np.integer)):
         raise TableError(f"labels must be a 1-D array of integers, got {y.dtype} {y.shape}")
     if len(x) != len(y):

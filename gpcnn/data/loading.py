@@ -69,10 +69,14 @@ def load_images(
     table : str or (schema, table)
         The image table to create.
     x : ndarray or ImageSource
-        Images (N, H, W) or (N, H, W, C), uint8 0..255 or float in [0, 1] (stored as uint8); or an
-        image source, such as a folder from ``load_image_folder``.
+        Images (N, H, W) or (N, H, W, C), integers 0..255 (stored as uint8) or floats in [0, 1]
+        (stored as uint8, rounded); feature rows (N, F), integers 0..255 (uint8) or floats of
+        any value (stored as float32); or an image source, such as a folder from
+        ``load_image_folder``. ``gpcnn.data.pixels`` states the rule.
     y : ndarray, optional
-        One class index (0..classes-1) per image; None for a source, which carries its labels.
+        One label per image: class indices (0..classes-1), or names (strings), which map to
+        their sorted distinct values as ``pack_table`` maps a table's, kept as the class names;
+        None for a source, which carries its labels.
     ids : array of int, optional
         Distinct image ids, kept through training and predictions.
     segments : int, optional
@@ -140,7 +144,8 @@ def load_images(
     def rows(buffers):
         return source_rows(images, buffers, order, ids, progress=progress)
 
-    payload = count * (math.prod(image_shape) + LABEL_DTYPE.itemsize + ID_DTYPE.itemsize)
+    item = math.prod(image_shape) * images.itemsize
+    payload = count * (item + LABEL_DTYPE.itemsize + ID_DTYPE.itemsize)
     meta = {
         "image_shape": list(image_shape),
         "num_classes": classes,

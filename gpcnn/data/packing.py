@@ -44,11 +44,13 @@ def pack_table(
     """Pack ``source`` (one row per image) into the image table ``target``.
 
     ``x_column``: pixels as ``real[]``, ``double precision[]``, ``smallint[]``, ``integer[]`` (H×W×C,
-    channels last; values 0..255, or 0..1 with ``normalized``) or ``bytea`` (uint8). ``shape``:
-    (H, W, C); by default a square gray (L = s²) or RGB (L = 3s²) image. ``y_column``: labels of any
-    type, mapped to classes 0..C-1 in the order of ``class_values`` (default: the distinct labels,
-    sorted; pack a validation table with the training table's ``class_names``). ``id_column``:
-    an integer id per row, required (a row order is not an id).
+    channels last, or F features; values 0..255, or 0..1 with ``normalized``, stored as uint8)
+    or ``bytea`` (uint8). ``shape``: (H, W, C), or (F,) for feature rows; by default a square
+    gray (L = s²) or RGB (L = 3s²) image. A model whose input holds as many values takes the
+    table either way (``gpcnn.data.pixels``'s rule): rows of 784 values fit a 28×28×1 model.
+    ``y_column``: labels of any type, mapped to classes 0..C-1 in the order of ``class_values``
+    (default: the distinct labels, sorted; pack a validation table with the training table's
+    ``class_names``). ``id_column``: an integer id per row, required (a row order is not an id).
 
     Parameters
     ----------
@@ -60,8 +62,8 @@ def pack_table(
         The image table to create (not ``source``).
     x_column, y_column, id_column : str
         The columns of the pixels, the labels and the ids, as described above.
-    shape : (H, W, C), optional
-        The image shape, when not a square gray or RGB image.
+    shape : (H, W, C) or (F,), optional
+        The image shape, when not a square gray or RGB image; (F,) for feature rows.
     normalized : bool, default False
         Pixel values are 0..1 instead of 0..255.
     segments, buffer_size, seed, replace
@@ -197,7 +199,7 @@ def _check_columns(conn, backend, src: TableName, x: str, y: str, id_: str):
     return queries, total
 
 
-def _check_rows(conn, queries: PackingSource, src: TableName, shape) -> tuple[int, int, int]:
+def _check_rows(conn, queries: PackingSource, src: TableName, shape) -> tuple[int, ...]:
     lengths = queries.lengths(conn)
     image_shape = _shape(lengths[0][0], shape, src)
     expected = math.prod(image_shape)
@@ -225,19 +227,22 @@ def _refuse_out_of_range(
         ) from None
 
 
-def _shape(length: int, shape, src: TableName) -> tuple[int, int, int]:
+def _shape(length: int, shape, src: TableName) -> tuple[int, ...]:
     if shape is not None:
         shape = tuple(int(s) for s in shape)
         if len(shape) == 2:
             shape = (*shape, 1)
-        if len(shape) != 3 or min(shape) < 1:
-            raise TableError(f"shape must be (H, W) or (H, W, C), got {shape}")
+        if len(shape) not in (1, 3) or min(shape) < 1:
+            raise TableError(f"shape must be (F,) feature rows, (H, W) or (H, W, C), got {shape}")
         return shape
     for channels in (1, 3):
         side = math.isqrt(length // channels)
         if side * side * channels == length:
             return side, side, channels
-    raise TableError(f"{src}: images of {length} values are not square: give shape=(H, W, C)")
+    raise TableError(
+        f"{src}: images of {length} values are not square: give shape=(H, W, C), or "
+        f"shape=({length},) for feature rows"
+    )
 
 
 def _class_values(conn, queries: PackingSource, src: TableName, given) -> list[str]:

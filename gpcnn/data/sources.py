@@ -14,6 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from gpcnn.data.arrays import class_values
 from gpcnn.data.dealing import deal, validate_images
 from gpcnn.engines.identifiers import TableError
 
@@ -34,6 +35,7 @@ class ImageSource(ABC):
     image_shape: tuple[int, ...]
     class_names: tuple[str, ...] | None
     files: Sequence[tuple[Path, int]] | None = None  # every image's (file, label), if it has one
+    itemsize: int = 1  # bytes a table stores per value: uint8 pixels (float32 feature rows: 4)
 
     @abstractmethod
     def __len__(self) -> int: ...
@@ -85,18 +87,25 @@ class ImageSource(ABC):
 
 
 class ArrayImages(ImageSource):
-    """Images held in memory: uint8 N×H×W×C and int32 labels, checked by ``validate_images``."""
+    """Images (uint8 N×H×W×C) or feature rows (float32 N×F) held in memory and int32 labels,
+    checked by ``validate_images``. Labels that are names (strings, objects) map to their
+    sorted distinct values, which become the class names, as ``pack_table`` maps a
+    table's (``arrays.class_values``)."""
 
     what = "arrays"
 
     def __init__(self, x, y, num_classes: int | None = None, class_names=None) -> None:
         if class_names is not None and num_classes is not None and num_classes != len(class_names):
             raise TableError(f"{len(class_names)} class names for {num_classes} classes")
+        y = np.asarray(y)
+        if class_names is None and y.dtype.kind in "USO":  # names, not class indices
+            class_names, y = class_values(y)
         names = None if class_names is None else tuple(str(c) for c in class_names)
         self.x, self.y, self._classes = validate_images(
             x, y, num_classes if names is None else len(names), stacklevel=5
         )
         self.image_shape = self.x.shape[1:]
+        self.itemsize = self.x.dtype.itemsize
         self.class_names = names
 
     def __len__(self) -> int:

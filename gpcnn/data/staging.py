@@ -21,8 +21,11 @@ def schema_of(db: Database) -> str:
     return f"{db.schema}{SCHEMA_SUFFIX}"
 
 
-def stage(db: Database, x, y, *, num_classes: int | None, seed: int | None) -> str:
-    """Load ``x, y`` into a new staging table; returns its name."""
+def stage(
+    db: Database, x, y, *, num_classes: int | None, seed: int | None, class_names=None
+) -> str:
+    """Load ``x, y`` (class indices) into a new staging table, with ``class_names`` if given;
+    returns its name."""
     if y is None:
         raise ValueError("fit(x, y) needs labels for arrays (a table name needs none)")
     name = f"{schema_of(db)}.arrays_{uuid.uuid4().hex[:16]}"
@@ -32,6 +35,7 @@ def stage(db: Database, x, y, *, num_classes: int | None, seed: int | None) -> s
         np.asarray(x),
         np.asarray(y),
         num_classes=num_classes,
+        class_names=class_names,
         seed=0 if seed is None else int(seed),
         progress=False,
         source="arrays staged by GreenplumCNN.fit",

@@ -8,7 +8,6 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 from __future__ import annotations
 
 import gc
-import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,10 +15,11 @@ from typing import Any
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from gpcnn.data import arrays, staging
+from gpcnn.data import arrays
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
 from gpcnn.estimator import parameters, saving
+from gpcnn.estimator.array_fitting import ArrayFitting, is_builder, takes_rows
 from gpcnn.estimator.predicting import Predicting
 from gpcnn.fit import compiling, loop, model_library, rules, runs
 from gpcnn.fit.errors import TrainingError
@@ -27,7 +27,6 @@ from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.validation import (
     Validation,
     check_model_fits,
-    is_table,
     validation_source,
 )
 from gpcnn.kernel import wire
@@ -35,7 +34,7 @@ from gpcnn.kernel.keras_setup import compiled_model
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions, SegmentOptions
 
 
-class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
+class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
     """Train a Keras model data-parallel over the segments of an image table.
 
     Parameters are stored untouched; ``fit`` never changes ``model``. Learned state ends in ``_``:
@@ -55,10 +54,13 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    model : keras.Model or str
-        The CNN; its input is the table's image shape (H, W, C), its last layer has one unit
-        per class. Never changed: ``model_`` is a copy. A name: the model stored under it in
-        the model library (``gpcnn.store_model``), with its stored weights if any.
+    model : keras.Model, str or callable
+        The network; its input takes the data's items (images (H, W, C), rows (F,), or any
+        shape of as many values: ``gpcnn.data.pixels``'s rule), its last layer has one unit per
+        class. Never changed: ``model_`` is a copy. A name: the model stored under it in the
+        model library (``gpcnn.store_model``), with its stored weights if any. A function
+        ``model(input_shape, classes)`` (as ``gpcnn.models.small_cnn``): the model built for
+        each fit's data, so one estimator fits rows of any width and any number of classes.
     optimizer : str or keras.optimizers.Optimizer, default "sgd"
         What each segment trains with.
     learning_rate : float or None, default 0.01
@@ -107,14 +109,18 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
         The run in ``gpcnn.runs``; ``fit(table, resume=run_id_)`` continues it.
     segments_ : int
     classes_ : ndarray
-        ``0..units-1``: labels are class indices.
+        The sorted distinct labels of arrays ``y`` (``predict`` returns them, ``predict_proba``'s
+        columns follow them); ``0..units-1`` for a table, or labels that are all class indices.
     class_names_ : tuple of str
+    n_features_in_ : int
+        The width of feature rows (N, F) fitted (absent after images or a table).
 
     Notes
     -----
-    ``X`` is a table name, or images (N, H, W) or (N, H, W, C) with labels ``y`` (staged into a
-    table for the estimator's lifetime); 2-D arrays are refused, not guessed at (README's "Use"
-    lists how scikit-learn's estimator checks fare).
+    ``X`` is a table name, or arrays with labels ``y`` of any type (staged into a table for the
+    estimator's lifetime): feature rows (N, F) or images (N, H, W) or (N, H, W, C), of integer
+    pixels 0..255, float images in [0, 1] or float rows of any value (``gpcnn.data.pixels``).
+    README's "Use" lists how scikit-learn's estimator checks fare.
 
     Examples
     --------
@@ -172,14 +178,16 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
         self.warm_start = warm_start
 
     def __sklearn_tags__(self):
-        """What scikit-learn may pass: a table name, or images (N, H, W[, C]) of non-negative
-        pixels, dense, with labels; not 2-D feature rows (``gpcnn.data.arrays`` says why), so
-        scikit-learn's generic estimator checks, which feed 2-D arrays, are skipped (README's
-        "Use" lists how each fares). ``fit(table)`` needs no y: the table holds it."""
+        """What scikit-learn may pass: a table name, or dense arrays with labels. A model that
+        takes feature rows (a Keras input (F,), or a function building one for the data) takes
+        2-D arrays of any sign, and scikit-learn runs its generic checks; an image model (or a
+        stored one, unseen) takes images of non-negative pixels, and the checks, which feed
+        2-D rows of varying width, are skipped. ``fit(table)`` needs no y: the table holds it."""
         tags = super().__sklearn_tags__()
-        tags.input_tags.two_d_array = False
+        rows = takes_rows(self.model)
+        tags.input_tags.two_d_array = rows
         tags.input_tags.three_d_array = True
-        tags.input_tags.positive_only = True
+        tags.input_tags.positive_only = not rows
         tags.input_tags.sparse = False
         tags.target_tags.required = False
         return tags
@@ -193,9 +201,17 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
     def _check_params(self) -> None:
         parameters.check(self.get_params(deep=False))
 
-    def _model(self) -> Any:
-        """``model``, or the model stored under that name (read again by every call)."""
+    def _model(self, info: ImageTable | None = None) -> Any:
+        """``model``, the model stored under that name (read again by every call), or the
+        function's model built for ``info``'s items and classes (None before a table)."""
+        if is_builder(self.model):
+            return None if info is None else self.model(tuple(info.image_shape), info.num_classes)
         return model_library.keras_model(self._db(), self.model)
+
+    def _units(self) -> int | None:
+        """The model's output units, the classes it predicts (None: a function's, built later)."""
+        model = self._model()
+        return None if model is None else int(model.output_shape[-1])
 
     def _db(self) -> Database:
         """The handle of ``database``: a handle, a URL, or None for $GPCNN_DATABASE_URL or the
@@ -230,9 +246,10 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
         callbacks, called per iteration with ``model_`` as their model. ``resume=run_id``
         continues a stored run."""
         self._check_params()
-        X, y = _checked_input(X, y, at_least_two=True)
+        X, y = self._checked_input(X, y, at_least_two=True)
         db = self._db()
-        table = self._training_table(db, X, y)
+        warm = self.warm_start and hasattr(self, "model_")
+        table = self._training_table(db, X, y, *self._reference(warm))
         validation = self.validation_table if validation_data is None else validation_data
         return self._fit(db, table, validation, callbacks, resume, self.iterations)
 
@@ -241,18 +258,18 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
     ) -> GreenplumCNN:
         """One more iteration: of the current run when ``X`` is its table, else from ``model_``'s
         weights in a new run (the history goes on). ``classes``, as in scikit-learn, lists every
-        class ``y`` may hold: for gpcnn always ``range(units)`` of the model's last layer, so it
-        may be omitted, and a batch may hold one class only."""
+        label ``y`` may hold, as many as the model's output units (the labels of the first call
+        by default); ``classes_`` is them sorted. It may be omitted (a batch may then hold one class only)."""
         if classes is not None:
-            arrays.check_classes(classes, int(self._model().output_shape[-1]))
-        X, y = _checked_input(X, y, at_least_two=False)
+            classes = arrays.check_classes(classes, self._units())
+        X, y = self._checked_input(X, y, at_least_two=False)
         if not hasattr(self, "model_"):
             self._check_params()
             db = self._db()
-            table = self._training_table(db, X, y)
+            table = self._training_table(db, X, y, classes, self._model())
             return self._fit(db, table, self._validation_of(validation_data), callbacks, None, 1)
         db = self._db()
-        table = self._training_table(db, X, y)
+        table = self._training_table(db, X, y, *self._reference(True))
         total = len(self.history_) + 1
         validation = self._validation_of(validation_data)
         if str(describe(db, table).table) == runs.load_run(db, self.run_id_).table:
@@ -262,26 +279,13 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
     def _validation_of(self, validation_data):
         return self.validation_table if validation_data is None else validation_data
 
-    def _training_table(self, db: Database, X, y):
-        if is_table(X):
-            if y is not None:
-                raise ValueError("y goes with arrays: a table holds its labels")
-            return X
-        units = int(self._model().output_shape[-1])
-        name = staging.stage(db, X, y, num_classes=units, seed=self.seed)
-        staged = self.__dict__.setdefault("_staged", [])
-        staged.append(name)
-        if "_staged_finalizer" not in self.__dict__:
-            self._staged_finalizer = weakref.finalize(self, staging.drop_staged, db, staged)
-        return name
-
     def _fit(self, db, table, validation_data, callbacks, resume, total, warm=None):
         loop.check_callbacks(callbacks)
         info = loop.described(db, table)
-        model = self._model()
-        check_model_fits(model, info)
-        source = validation_source(db, validation_data, model)
-        options = self._segment_options(db, info)
+        model = self._model(info)
+        input_shape = check_model_fits(model, info)
+        source = validation_source(db, self._indexed(validation_data), model)
+        options = self._segment_options(db, info, input_shape)
         model_json, manifest = model.to_json(), wire.manifest(model)
         rule = rules.make_rule(
             self.merge, wire.trainable_mask(manifest), info.segments, **(self.merge_options or {})
@@ -307,12 +311,15 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
         )  # fmt: skip
         return self
 
-    def _segment_options(self, db: Database, info: ImageTable) -> SegmentOptions:
-        """What the segments train with, from the parameters (and the table's image shape)."""
+    def _segment_options(
+        self, db: Database, info: ImageTable, input_shape: Sequence[int]
+    ) -> SegmentOptions:
+        """What the segments train with, from the parameters; ``input_shape``: the model's
+        input, which the segments reshape the table's items to (``check_model_fits``)."""
         threads = self.threads_per_segment or db.backend.default_threads(info.segments)
         return SegmentOptions(
             compile=self._compile_options(),
-            image_shape=tuple(info.image_shape),
+            image_shape=tuple(input_shape),
             batch_size=int(self.batch_size),
             shuffle=bool(self.shuffle),
             seed=self.seed,
@@ -327,8 +334,12 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
         self.history_ = history
         self.run_id_ = run_id
         self.segments_ = info.segments
-        self.classes_ = np.arange(info.num_classes)
+        fitted = vars(self).pop("_arrays_fitted", None)
+        self.classes_ = np.arange(info.num_classes) if fitted is None else fitted[0]
         self.class_names_ = info.class_names
+        vars(self).pop("n_features_in_", None)
+        if fitted is not None and fitted[1] is not None:
+            self.n_features_in_ = fitted[1]
         self._model_json, self._options = model_json, options
 
     def set_params(self, **params) -> GreenplumCNN:
@@ -388,14 +399,6 @@ class GreenplumCNN(Predicting, ClassifierMixin, BaseEstimator):
 GreenplumCNN.__doc__ = GreenplumCNN.__doc__.replace(
     "{RULES}", "{" + ", ".join(f'"{name}"' for name in rules.RULES) + "}"
 )
-
-
-def _checked_input(X, y, *, at_least_two: bool):
-    """A table as it is (``_training_table`` checks its y), arrays through ``gpcnn.data.arrays``
-    before anything reaches the database."""
-    if is_table(X):
-        return X, y
-    return arrays.check_training(X, y, at_least_two=at_least_two)
 
 
 __all__ = ["OPTIMIZER_STATES", "GreenplumCNN", "TrainingError"]

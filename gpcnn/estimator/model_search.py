@@ -46,9 +46,9 @@ def _checked(db: Database, info: ImageTable, index: int, config: Mapping, common
             raise ValueError(f"the hopper sets {', '.join(owned)} itself: leave them out")
         est = GreenplumCNN(**{"verbose": 0, **common, **config, "database": db})
         est._check_params()
-        model = est._model()
-        check_model_fits(model, info)
-        options = est._segment_options(db, info).replace(optimizer_state="local")
+        model = est._model(info)
+        input_shape = check_model_fits(model, info)
+        options = est._segment_options(db, info, input_shape).replace(optimizer_state="local")
         model_json = model.to_json()
         keras_setup.compiled_model(model_json, options.compile)  # refuses a bad optimizer, loss
         validation_source(db, source, model)
@@ -114,7 +114,7 @@ def fit_multiple(
             run_id=run_id,
             model_json=model_json,
             options=options,
-            rate=_rates(est, options),
+            rate=_rates(model_json, options),
             validation=Validation(db, source, est.validation_freq, model_json, options),
             weights=wire.flatten(model.get_weights()),
         )
@@ -151,9 +151,9 @@ def _resumable(db: Database, table: str, run_id: int, params: dict, label: str):
     return stored
 
 
-def _rates(est: GreenplumCNN, options) -> Any:
+def _rates(model_json: str, options) -> Any:
     """batches trained so far -> the rate options of a hop: a schedule's step, or the rate."""
-    model = keras_setup.compiled_model(est._model().to_json(), options.compile)
+    model = keras_setup.compiled_model(model_json, options.compile)
     rate = getattr(model.optimizer, "_learning_rate", None)
     schedules = keras_setup.keras_module().optimizers.schedules
     if isinstance(rate, schedules.LearningRateSchedule):

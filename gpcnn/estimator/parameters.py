@@ -100,6 +100,7 @@ def fitted_state(est) -> dict:
         "segments": est.segments_,
         "classes": est.classes_.tolist(),
         "class_names": list(est.class_names_),
+        "n_features_in": getattr(est, "n_features_in_", None),  # fitted on feature rows
     }
 
 
@@ -112,3 +113,5 @@ def set_fitted_state(est, sidecar: dict) -> None:
     est.segments_ = sidecar["segments"]
     est.classes_ = np.asarray(sidecar["classes"])
     est.class_names_ = tuple(sidecar["class_names"])
+    if sidecar.get("n_features_in") is not None:
+        est.n_features_in_ = int(sidecar["n_features_in"])

@@ -10,7 +10,7 @@ import dataclasses
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
-from gpcnn.data import arrays
+from gpcnn.data import arrays, pixels
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.fit import loop
 from gpcnn.fit.predictions import probabilities, write_predictions
@@ -50,14 +50,29 @@ class Predicting:
         """``model_``'s weights as the one vector that predictions send."""
         return wire.vector_of(list(self.model_.weights))
 
+    def _described(self, table) -> ImageTable:
+        """``table``'s description, refused before any work unless ``model_`` takes its items
+        and classes (``check_model_fits``)."""
+        info = describe(self._db(), table)
+        check_model_fits(self.model_, info)
+        return info
+
+    def _arrays_input(self, x) -> np.ndarray:
+        """Arrays checked and shaped as ``model_`` takes them (``gpcnn.data.pixels``' rules)."""
+        x = arrays.check_images(x, positive_only=self.__sklearn_tags__().input_tags.positive_only)
+        shape = pixels.fitted_shape(
+            pixels.item_shape(x), self.model_.input_shape[1:], where="X", caller=type(self).__name__
+        )
+        return model_input(x, shape)
+
     def predict_proba(self, x) -> np.ndarray:
-        """Class probabilities of images (arrays, locally) or of a table (in the database,
-        ``buffer_id`` order, as ``read_images`` returns them)."""
+        """Class probabilities of arrays (locally) or of a table (in the database, ``buffer_id``
+        order, as ``read_images`` returns them); the columns follow ``classes_``."""
         self._require_fitted()
         if not is_table(x):
-            x = arrays.check_images(x)
-            return np.asarray(self.model_.predict(model_input(x), batch_size=1000, verbose=0))
-        info = describe(self._db(), x)
+            inputs = self._arrays_input(x)
+            return np.asarray(self.model_.predict(inputs, batch_size=1000, verbose=0))
+        info = self._described(x)
         with self._holding_sessions() as sessions:
             return probabilities(
                 self._db(), sessions, info, self._model_json, self._options, self._weights()
@@ -72,20 +87,21 @@ class Predicting:
         top_k: int | None = None,
         replace: bool = False,
     ):
-        """Predicted class labels of images or of a table; with ``output_table`` (a table ``x``
-        only), the predictions are computed on the segments and written into that table, keyed
-        by image id, with MADlib's columns: ``response`` (id, class_value, class_name, prob),
-        ``prob`` (one row per image and class), ``topk`` (id, rank, class_value, class_name,
-        prob) for the ``top_k`` most probable classes. Returns the output table's name then."""
+        """Predicted labels (of ``classes_``, of the fitted labels' type) of arrays or of a
+        table; with ``output_table`` (a table ``x`` only), the predictions are computed on the
+        segments and written into that table, keyed by image id, with MADlib's columns:
+        ``response`` (id, class_value, class_name, prob), ``prob`` (one row per image and
+        class), ``topk`` (id, rank, class_value, class_name, prob) for the ``top_k`` most
+        probable classes. Returns the output table's name then."""
         if output_table is None:
-            return np.argmax(self.predict_proba(x), axis=1)
+            probabilities = self.predict_proba(x)
+            return self.classes_[np.argmax(probabilities, axis=1)]
         self._require_fitted()
         if not is_table(x):
             raise ValueError(
                 "output_table needs a table to predict: predict(table, output_table=…)"
             )
-        info = describe(self._db(), x)
-        check_model_fits(self.model_, info)
+        info = self._described(x)
         with self._holding_sessions() as sessions:
             model = (self._model_json, self._options, self._weights())
             written = write_predictions(
@@ -97,12 +113,13 @@ class Predicting:
         """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""
         self._require_fitted()
         if is_table(x):
-            values = self._evaluate_table(describe(self._db(), x), self._options)
+            values = self._evaluate_table(self._described(x), self._options)
             values.pop("images", None)
             return values
         if y is None:
             raise ValueError("evaluate(x, y) needs labels for arrays")
-        return evaluate_arrays(self.model_, x, y)
+        codes = arrays.known_classes(np.asarray(y), self.classes_)
+        return evaluate_arrays(self.model_, self._arrays_input(x), codes)
 
     def score(self, X, y=None, sample_weight=None) -> float:
         """Accuracy, the scikit-learn classifier convention: of a table computed in the
@@ -111,8 +128,7 @@ class Predicting:
         if is_table(X):
             if y is not None or sample_weight is not None:
                 raise ValueError("score(table) takes no y or sample_weight: the table has labels")
-            info = describe(self._db(), X)
-            check_model_fits(self.model_, info)
+            info = self._described(X)
             accuracy = dataclasses.replace(self._options.compile, metrics=("accuracy",))
             values = self._evaluate_table(info, self._options.replace(compile=accuracy))
             return float(values["accuracy"])
@@ -120,4 +136,3 @@ class Predicting:
             raise ValueError("score(x, y) needs labels for arrays")
         correct = self.predict(X) == np.asarray(y)
         return float(np.average(correct, weights=sample_weight))
-

@@ -44,11 +44,11 @@ def predict(
     db = connect(database)
     model = keras_model(db, model)
     info = loop.described(db, table)
-    check_model_fits(model, info)
+    input_shape = check_model_fits(model, info)
     threads = threads_per_segment or db.backend.default_threads(info.segments)
     options = SegmentOptions(
         compile=compiling.compile_options("sgd", None, "sparse_categorical_crossentropy", ()),
-        image_shape=tuple(info.image_shape),
+        image_shape=input_shape,
         batch_size=int(batch_size),
         threads=int(threads),
     )

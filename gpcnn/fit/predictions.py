@@ -50,12 +50,12 @@ def rows_per_image(pred_type: str, top_k: int | None, classes: int) -> int:
 
 @contextlib.contextmanager
 def _sent(
-    db: Database, info: ImageTable, model_json: str, options: SegmentOptions, weights: np.ndarray
+    db: Database, model_json: str, options: SegmentOptions, weights: np.ndarray
 ) -> Iterator[dict]:
     """The prediction statement's parameters, ``weights`` in ``transfers`` (in chunks, as a
-    training start) while it runs."""
+    training start) while it runs; ``options.image_shape`` is the model's input, which the
+    segments reshape the table's items to."""
     with transfers.sent(db.backend, weights) as transfer:
-        options = options.replace(image_shape=info.image_shape)
         yield {
             "model": model_json,
             "options": options.with_transport(transfer, weights.size).to_json(),
@@ -73,7 +73,7 @@ def probabilities(
 ) -> np.ndarray:
     """Class probabilities of every image of ``info``'s table, in ``buffer_id`` order."""
     backend = db.backend
-    with _sent(db, info, model_json, options, weights) as params:
+    with _sent(db, model_json, options, weights) as params:
         ordered = database_call(
             "prediction",
             backend.run_prediction,
@@ -100,7 +100,7 @@ def write_predictions(
 ) -> TableName:
     """Predict every image of ``info``'s table into ``output`` with ``model`` (its JSON, options
     and weights). Returns the output's name."""
-    with _sent(db, info, *model) as params:
+    with _sent(db, *model) as params:
         return _write(db, sessions, info, output, pred_type, top_k, params, replace)
 
 

@@ -9,12 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from gpcnn.data import pixels
 from gpcnn.data.tables import ImageTable, TableName, describe
 from gpcnn.engines import Database
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.transfers import StoredStart
 from gpcnn.fit.errors import database_call
-from gpcnn.kernel import keras_setup, segment, wire
+from gpcnn.kernel import keras_setup, wire
 from gpcnn.kernel.protocol import SegmentOptions
 
 
@@ -28,7 +29,7 @@ def evaluate_table(
 ) -> dict:
     """Image-weighted loss and metrics of ``weights`` (or of a stored checkpoint's model) over a
     whole table, in the database."""
-    params = {"model": model_json, "options": options.replace(image_shape=info.image_shape)}
+    params = {"model": model_json, "options": options}  # its image_shape: the model's input
     vector = wire.from_bytes(weights) if isinstance(weights, bytes) else weights
     metrics = database_call(
         "evaluation",
@@ -49,14 +50,10 @@ def is_table(x) -> bool:
     )
 
 
-def check_model_fits(model: Any, info: ImageTable) -> None:
-    """Refuse a model whose input or output does not match the table's images and classes."""
-    input_shape = tuple(model.input_shape[1:])
-    if input_shape != tuple(info.image_shape):
-        raise ValueError(
-            f"the model takes inputs of shape {input_shape}, but {info.table} holds images of "
-            f"shape {tuple(info.image_shape)}: change the model's Input"
-        )
+def check_model_fits(model: Any, info: ImageTable) -> tuple[int, ...]:
+    """Refuse a model whose input or output does not match the table's items and classes;
+    return its input shape, which the segments reshape the items to (``pixels.fitted_shape``)."""
+    shape = pixels.fitted_shape(info.image_shape, model.input_shape[1:], where=str(info.table))
     units = model.output_shape[-1]
     if units != info.num_classes:
         raise ValueError(
@@ -66,6 +63,7 @@ def check_model_fits(model: Any, info: ImageTable) -> None:
     if 0 in info.images_per_segment:
         raise ValueError(f"{info.table} has a segment with no rows: reload it")
     wire.manifest(model)  # refuses mixed precision early
+    return shape
 
 
 def validation_source(db: Database, source, model: Any) -> ImageTable | tuple | None:
@@ -79,18 +77,18 @@ def validation_source(db: Database, source, model: Any) -> ImageTable | tuple | 
     return info
 
 
-def model_input(x) -> np.ndarray:
-    """Arrays as the model takes them: uint8 through the one conversion, floats as they are."""
-    x = np.asarray(x)
-    if x.ndim == 3:
-        x = x[..., np.newaxis]
-    return segment.to_model_input(x) if x.dtype == np.uint8 else x.astype(np.float32)
+def model_input(x, input_shape=None) -> np.ndarray:
+    """Arrays as the model takes them (``pixels.to_input``: integers as x/255, floats as they
+    are), reshaped to ``input_shape`` when given."""
+    return pixels.to_input(x, input_shape)
 
 
 def evaluate_arrays(model: Any, x, y) -> dict:
     """Loss and metrics of a local model on arrays."""
+    x = model_input(x)
+    shape = pixels.fitted_shape(x.shape[1:], model.input_shape[1:], where="the arrays")
     logs = model.evaluate(
-        model_input(x), np.asarray(y), batch_size=1000, verbose=0, return_dict=True
+        x.reshape((len(x), *shape)), np.asarray(y), batch_size=1000, verbose=0, return_dict=True
     )
     return {k: float(v) for k, v in logs.items()}
 

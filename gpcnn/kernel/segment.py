@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import OrderedDict
 from typing import Any
 
@@ -93,6 +94,7 @@ __all__ = [
 ]
 
 LABEL_DTYPE = np.dtype("<i4")
+FEATURE_DTYPE = np.dtype("<f4")  # feature rows (N, F) of floats, stored as they are
 EVALUATION_BATCH = 1000  # images per test_on_batch call: only speed depends on it
 _MODEL_CACHE_SIZE = 4
 
@@ -108,8 +110,18 @@ def to_model_input(images: np.ndarray) -> np.ndarray:
 
 
 def decode_images(data: bytes | memoryview, n: int, image_shape: list[int]) -> np.ndarray:
-    """The uint8 images of one buffer, shaped (n, H, W, C)."""
-    return np.frombuffer(data, dtype=np.uint8).reshape((n, *image_shape))
+    """The pixels of one buffer, shaped (n, *image_shape): uint8 images, or float32 feature rows
+    (a buffer of 4 bytes per value). The shape is the model's input, of as many values as the
+    table's items: the in-database reshape of flat rows."""
+    values = n * math.prod(image_shape)
+    dtype = np.uint8 if memoryview(data).nbytes == values else FEATURE_DTYPE
+    return np.frombuffer(data, dtype=dtype).reshape((n, *image_shape))
+
+
+def buffer_input(images: np.ndarray) -> np.ndarray:
+    """A decoded buffer as model input: uint8 pixels through ``to_model_input``, float32
+    feature rows as they are."""
+    return images if images.dtype == FEATURE_DTYPE else to_model_input(images)
 
 
 def decode_labels(data: bytes | memoryview) -> np.ndarray:
@@ -124,7 +136,7 @@ def _over_batches(
 ) -> None:
     """Run ``step`` (``train_on_batch`` or ``test_on_batch``) over one buffer's mini-batches, in
     ``order`` if given, and add each batch's loss and metrics, weighted by its images, to ``sums``."""
-    images = to_model_input(decode_images(x, n, list(options.image_shape)))
+    images = buffer_input(decode_images(x, n, list(options.image_shape)))
     labels = decode_labels(y)
     if order is not None:
         images, labels = images[order], labels[order]
@@ -282,7 +294,7 @@ def predict_transition(
     model = build_model(model_json, options)
     if not header["started"]:
         _set_weights(model, take_start(header, options, key))
-    images = to_model_input(decode_images(x, n, list(options.image_shape)))
+    images = buffer_input(decode_images(x, n, list(options.image_shape)))
     probabilities = np.asarray(model.predict_on_batch(images), dtype="<f4")
     return pack(STATE_MAGIC, header, probabilities.tobytes())
 
