@@ -4,8 +4,8 @@ without the images leaving the server.
 The source has one row per image: an integer id, the pixels (``real[]``, ``double precision[]``,
 ``smallint[]``, ``integer[]`` in H×W×C order, or ``bytea`` of uint8) and a label of any type. The
 checks name the first bad row by its id; the fill is one INSERT … SELECT that orders the rows by
-id, deals them to buffers by a permutation the client sends (as ``load_images`` deals arrays), and
-packs each buffer with ``pixel_bytes`` / ``little_endian`` on the segments. Arrays travel to
+id, deals them to buffers by the order the client sends (as ``load_images`` deals arrays; a row
+dealt twice is in two buffers), and packs each buffer with ``pixel_bytes`` / ``little_endian`` on the segments. Arrays travel to
 PL/Python in their in-memory form (``array_bytes``), which numpy reads as it is: PL/Python's own
 conversion makes a Python object of every number.
 """
@@ -117,12 +117,22 @@ class PackingSource:
         )
         return conn.execute(sa.text(sql), {"values": values}).first()
 
+    def groups(self, conn: sa.Connection, column: str) -> list[int]:
+        """Each row's group by its value of ``column`` (0..G-1 in the value's order, NULLs one
+        group), in id order: one array, not a row per image."""
+        by = text_safe(self.backend.quote(column))
+        sql = (
+            f"SELECT array_agg(g.rank - 1 ORDER BY g.id) FROM (SELECT {self.id} AS id, "
+            f"dense_rank() OVER (ORDER BY {by}) AS rank FROM {self.source}) g"
+        )
+        return conn.execute(sa.text(sql)).scalar()
+
     def fill(self, conn: sa.Connection, target_sql: str, params: dict) -> None:
-        """Buffers into ``target``: the row at position ``pos`` (0-based, in id order) is the
-        ``:rank[pos]``-th image dealt, into the buffer ``:buffer_id[pos]`` of ``:key[pos]``;
-        ``:length`` numbers an image."""
+        """Buffers into ``target``: the i-th image dealt is the row at ``:position[i]`` (1-based,
+        in id order), into the buffer ``:buffer_id[i]`` of ``:key[i]`` (a row may be dealt more
+        than once: a shared sample); ``:length`` numbers an image."""
         conn.execute(sa.text(SETTINGS))
-        lists = {k: _array_literal(params[k]) for k in ("rank", "key", "buffer_id")}
+        lists = {k: _array_literal(params[k]) for k in ("position", "key", "buffer_id")}
         conn.execute(sa.text(self._fill_sql(target_sql)), {**params, **lists})
 
     def _fill_sql(self, target_sql: str) -> str:
@@ -134,17 +144,17 @@ class PackingSource:
             else f"{s}.image_bytes({_ranked('r.x')}, {n})"
         )
         label = "array_position(CAST(:values AS text[]), CAST(r.y AS text)) - 1"
-        return (  # each id's buffer and rank first, then the whole rows, hashed by buffer
+        return (  # each dealt image's buffer and rank first, then the whole rows, by buffer
             f"INSERT INTO {text_safe(target_sql)} (__dist_key__, buffer_id, n, x, y, ids) "
             f"SELECT d.key, d.buffer_id, count(*), {pixels}, "
             f"{s}.little_endian({_ranked(f'int8send(CAST({label} AS bigint))')}, {n}, 4), "
             f"{s}.little_endian({_ranked('int8send(CAST(r.id AS bigint))')}, {n}, 8) "
             f"FROM (SELECT {self.id} AS id, {self.x} AS x, {self.y} AS y FROM {self.source}) r "
-            "JOIN (SELECT o.id, (CAST(:rank AS bigint[]))[o.pos] AS rank, "
-            "(CAST(:key AS integer[]))[o.pos] AS key, "
-            "(CAST(:buffer_id AS integer[]))[o.pos] AS buffer_id "
+            "JOIN (SELECT o.id, a.rank, a.key, a.buffer_id "
             f"FROM (SELECT {self.id} AS id, row_number() OVER (ORDER BY {self.id}) AS pos "
-            f"FROM {self.source}) o) d ON d.id = r.id "
+            f"FROM {self.source}) o JOIN unnest(CAST(:position AS bigint[]), "
+            "CAST(:key AS integer[]), CAST(:buffer_id AS integer[])) WITH ORDINALITY "
+            "AS a(pos, key, buffer_id, rank) ON a.pos = o.pos) d ON d.id = r.id "
             "GROUP BY d.key, d.buffer_id"
         )
 
@@ -159,3 +169,28 @@ def _array_literal(values) -> str:
     """Integers as one array literal, bound as text: a bound list becomes ``ARRAY[...]`` of one
     constant per element, which the server parses and plans one by one (0.2 s for 60,000)."""
     return "{" + ",".join(map(str, values)) + "}"
+
+
+def little_endian_sql(value: str, index: str, width: int, *, top: int | None = None) -> str:
+    """The ``index``-th little-endian integer of ``width`` bytes in the bytea ``value``, in SQL;
+    ``top``: only the bytes that an integer below it uses (labels below the class count)."""
+    used = width if top is None else max(1, (max(top - 1, 1).bit_length() + 7) // 8)
+    cast = "CAST({} AS bigint)" if width > 4 else "{}"
+    return " | ".join(
+        f"({cast.format(f'get_byte({value}, {width} * {index} + {j})')} << {8 * j})"
+        for j in range(used)
+    )
+
+
+def image_rows_sql(table_sql: str, image_bytes: int) -> str:
+    """An image table as a source of one row per image (``id``, ``x`` bytea, ``y`` the class),
+    for ``PackingSource``: each buffer's columns copied once, so that the reads that follow see
+    plain values rather than a TOAST pointer fetched again for every image."""
+    return (
+        f"(SELECT {little_endian_sql('b.ids', 'g.i', 8)} AS id, "
+        f"substring(b.x FROM g.i * {int(image_bytes)} + 1 FOR {int(image_bytes)}) AS x, "
+        f"{little_endian_sql('b.y', 'g.i', 4)} AS y "
+        f"FROM (SELECT n, x || ''::bytea AS x, y || ''::bytea AS y, ids || ''::bytea AS ids "
+        f"FROM {table_sql} OFFSET 0) b CROSS JOIN LATERAL generate_series(0, b.n - 1) AS g(i)) "
+        "AS images"
+    )
