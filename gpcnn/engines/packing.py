@@ -4,10 +4,10 @@ without the images leaving the server.
 The source has one row per image: an integer id, the pixels (``real[]``, ``double precision[]``,
 ``smallint[]``, ``integer[]`` in H×W×C order, or ``bytea`` of uint8) and a label of any type. The
 checks name the first bad row by its id; the fill is one INSERT … SELECT that orders the rows by
-id, deals them to buffers by the order the client sends (as ``load_images`` deals arrays; a row
-dealt twice is in two buffers), and packs each buffer with ``pixel_bytes`` / ``little_endian`` on the segments. Arrays travel to
-PL/Python in their in-memory form (``array_bytes``), which numpy reads as it is: PL/Python's own
-conversion makes a Python object of every number.
+id, deals them to buffers in the order the client sends (as ``load_images`` deals arrays; a row
+dealt twice is in two buffers), and packs each buffer with ``pixel_bytes`` / ``little_endian`` on
+the segments. Arrays travel to PL/Python in their in-memory form (``array_bytes``), which numpy
+reads as it is: PL/Python's own conversion makes a Python object of every number.
 """
 
 from __future__ import annotations
