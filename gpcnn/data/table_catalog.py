@@ -48,7 +48,8 @@ class ImageTable:
 
     @property
     def images(self) -> int:
-        return sum(self.images_per_segment)
+        """The table's distinct images (a shared sample counted once, not once per segment)."""
+        return sum(self.images_per_segment) - self.segments * self.shared_images
 
 
 def resolved_name(conn: Connection, table: TableName) -> TableName:

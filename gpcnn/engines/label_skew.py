@@ -2,9 +2,10 @@
 segment (key) and class on the server, and the skew index sums those counts up.
 
 The index of a segment is the total-variation distance of its label mix from the table's,
-``½ Σ_c |n_kc / n_k − N_c / N|``: 0 when the segment holds the table's mix, 1 when it shares no
-class with the rest. A table has two numbers: the largest over its segments and their mean
-weighted by images. Nothing but the K × C counts reaches the client.
+``½ Σ_c |n_kc / n_k − N_c / N|``: 0 when the segment holds the table's mix, 1 − n_k / N when it
+shares no class with the other segments (0.75 for one of four equal segments). A table has two
+numbers: the largest over its segments and their mean weighted by images. Nothing but the K × C
+counts reaches the client.
 """
 
 from __future__ import annotations
@@ -50,15 +51,21 @@ def label_counts(
     return [counts[key] for key in keys]
 
 
-def skew_index(counts: Sequence[Sequence[int]]) -> SkewIndex:
-    """The total-variation distance of each segment's label mix from the table's: its largest
-    value and its mean weighted by the segments' images."""
+def segment_distances(counts: Sequence[Sequence[int]]) -> list[float]:
+    """Each segment's total-variation distance from the table's label mix."""
     sizes = [sum(row) for row in counts]
     total = sum(sizes)
     mix = [sum(column) / total for column in zip(*counts, strict=True)]
-    distances = [
+    return [
         0.5 * sum(abs(c / n - m) for c, m in zip(row, mix, strict=True)) if n else 0.0
         for row, n in zip(counts, sizes, strict=True)
     ]
-    mean = sum(n * d for n, d in zip(sizes, distances, strict=True)) / total
+
+
+def skew_index(counts: Sequence[Sequence[int]]) -> SkewIndex:
+    """The segments' distances (``segment_distances``): the largest, and their mean weighted by
+    the segments' images."""
+    sizes = [sum(row) for row in counts]
+    distances = segment_distances(counts)
+    mean = sum(n * d for n, d in zip(sizes, distances, strict=True)) / sum(sizes)
     return SkewIndex(max(distances), mean)
