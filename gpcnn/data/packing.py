@@ -198,9 +198,9 @@ def pack_rows(
                 "normalized": normalized,
                 "length": math.prod(shape),
                 "values": values,
-                "position": (order + 1).tolist(),
-                "key": key.tolist(),
-                "buffer_id": buffer_id.tolist(),
+                "position": order,
+                "key": key,
+                "buffer_id": buffer_id,
             },
         )
         finish_swap(

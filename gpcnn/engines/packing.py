@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import sqlalchemy as sa
 
 from gpcnn.engines.base import Backend
@@ -128,14 +129,29 @@ class PackingSource:
         return conn.execute(sa.text(sql)).scalar()
 
     def fill(self, conn: sa.Connection, target_sql: str, params: dict) -> None:
-        """Buffers into ``target``: the i-th image dealt is the row at ``:position[i]`` (1-based,
-        in id order), into the buffer ``:buffer_id[i]`` of ``:key[i]`` (a row may be dealt more
-        than once: a shared sample); ``:length`` numbers an image."""
+        """Buffers into ``target``: the i-th image dealt is the row at ``:position[i]`` (0-based,
+        in id order; every row at least once, some more: a shared sample), into the buffer
+        ``:buffer_id[i]`` of ``:key[i]``; ``:length`` numbers an image."""
         conn.execute(sa.text(SETTINGS))
-        lists = {k: _array_literal(params[k]) for k in ("position", "key", "buffer_id")}
-        conn.execute(sa.text(self._fill_sql(target_sql)), {**params, **lists})
+        position = np.asarray(params["position"])
+        dealt = {k: np.asarray(params[k]) for k in ("key", "buffer_id")}
+        _, first = np.unique(position, return_index=True)  # each row's first deal, by position
+        again = np.setdiff1d(np.arange(len(position)), first)
+        lists = {  # by position, as the rows are numbered: no join needed for the first deals
+            "rank": first.tolist(),
+            **{k: v[first].tolist() for k, v in dealt.items()},
+        }
+        if len(again):  # and the deals after the first, joined by position
+            lists |= {
+                "again_position": (position[again] + 1).tolist(),
+                "again_rank": again.tolist(),
+                **{f"again_{k}": v[again].tolist() for k, v in dealt.items()},
+            }
+        sql = self._fill_sql(target_sql, again=bool(len(again)))
+        bound = {k: _array_literal(v) for k, v in lists.items()}
+        conn.execute(sa.text(sql), {**params, **bound})
 
-    def _fill_sql(self, target_sql: str) -> str:
+    def _fill_sql(self, target_sql: str, again: bool = False) -> str:
         s = text_safe(self.backend.qschema)
         n = "CAST(count(*) AS integer)"
         pixels = (  # one call per buffer on its images' in-memory forms
@@ -144,18 +160,29 @@ class PackingSource:
             else f"{s}.image_bytes({_ranked('r.x')}, {n})"
         )
         label = "array_position(CAST(:values AS text[]), CAST(r.y AS text)) - 1"
+        numbered = (
+            f"(SELECT {self.id} AS id, row_number() OVER (ORDER BY {self.id}) AS pos "
+            f"FROM {self.source}) o"
+        )
+        deals = (
+            "SELECT o.id, (CAST(:rank AS bigint[]))[o.pos] AS rank, "
+            "(CAST(:key AS integer[]))[o.pos] AS key, "
+            f"(CAST(:buffer_id AS integer[]))[o.pos] AS buffer_id FROM {numbered}"
+        )
+        if again:
+            deals += (
+                f" UNION ALL SELECT o.id, a.rank, a.key, a.buffer_id FROM {numbered} "
+                "JOIN unnest(CAST(:again_position AS bigint[]), CAST(:again_rank AS bigint[]), "
+                "CAST(:again_key AS integer[]), CAST(:again_buffer_id AS integer[])) "
+                "AS a(pos, rank, key, buffer_id) ON a.pos = o.pos"
+            )
         return (  # each dealt image's buffer and rank first, then the whole rows, by buffer
             f"INSERT INTO {text_safe(target_sql)} (__dist_key__, buffer_id, n, x, y, ids) "
             f"SELECT d.key, d.buffer_id, count(*), {pixels}, "
             f"{s}.little_endian({_ranked(f'int8send(CAST({label} AS bigint))')}, {n}, 4), "
             f"{s}.little_endian({_ranked('int8send(CAST(r.id AS bigint))')}, {n}, 8) "
             f"FROM (SELECT {self.id} AS id, {self.x} AS x, {self.y} AS y FROM {self.source}) r "
-            "JOIN (SELECT o.id, a.rank, a.key, a.buffer_id "
-            f"FROM (SELECT {self.id} AS id, row_number() OVER (ORDER BY {self.id}) AS pos "
-            f"FROM {self.source}) o JOIN unnest(CAST(:position AS bigint[]), "
-            "CAST(:key AS integer[]), CAST(:buffer_id AS integer[])) WITH ORDINALITY "
-            "AS a(pos, key, buffer_id, rank) ON a.pos = o.pos) d ON d.id = r.id "
-            "GROUP BY d.key, d.buffer_id"
+            f"JOIN ({deals}) d ON d.id = r.id GROUP BY d.key, d.buffer_id"
         )
 
 
@@ -185,12 +212,13 @@ def little_endian_sql(value: str, index: str, width: int, *, top: int | None = N
 def image_rows_sql(table_sql: str, image_bytes: int) -> str:
     """An image table as a source of one row per image (``id``, ``x`` bytea, ``y`` the class),
     for ``PackingSource``: each buffer's columns copied once, so that the reads that follow see
-    plain values rather than a TOAST pointer fetched again for every image."""
+    plain values rather than a TOAST pointer fetched again for every image; both levels fenced
+    (``OFFSET 0``), so that no plan carries a whole buffer per image into a sort."""
     return (
         f"(SELECT {little_endian_sql('b.ids', 'g.i', 8)} AS id, "
         f"substring(b.x FROM g.i * {int(image_bytes)} + 1 FOR {int(image_bytes)}) AS x, "
         f"{little_endian_sql('b.y', 'g.i', 4)} AS y "
         f"FROM (SELECT n, x || ''::bytea AS x, y || ''::bytea AS y, ids || ''::bytea AS ids "
-        f"FROM {table_sql} OFFSET 0) b CROSS JOIN LATERAL generate_series(0, b.n - 1) AS g(i)) "
-        "AS images"
+        f"FROM {table_sql} OFFSET 0) b CROSS JOIN LATERAL generate_series(0, b.n - 1) AS g(i) "
+        "OFFSET 0) AS images"
     )
