@@ -2,7 +2,7 @@
 
 from gpcnn.data.label_skew import measure_skew
 from gpcnn.data.packing import pack_table
-from gpcnn.data.redealing import redeal
+from gpcnn.data.redealing import add_shared_sample, redeal
 from gpcnn.data.tables import (
     ImageTable,
     TableError,
@@ -30,6 +30,7 @@ __all__ = [
     "TableError",
     "TrainingError",
     "__version__",
+    "add_shared_sample",
     "check_environment",
     "connect",
     "delete_model",

@@ -143,19 +143,22 @@ def pack_table(
 @dataclass(frozen=True)
 class Dealing:
     """How a pack deals its rows: over ``segments`` in buffers of ``buffer_size`` (None: the
-    defaults), IID by ``seed`` or whole ``groups`` (each row's, in id order), and the fraction
-    of a shared sample (None: none)."""
+    defaults), IID by ``seed``, whole ``groups`` (each row's, in id order) or as ``kept`` (an
+    order and each shard's size, given), and the fraction of a shared sample (None: none)."""
 
     segments: int | None
     buffer_size: int | None
     seed: int
     groups: np.ndarray | None = None
     shared_sample: float | None = None
+    kept: tuple[np.ndarray, list[int]] | None = None
 
     def order(self, count: int, k: int):
         """(order, images per shard, the shared sample's positions) over ``count`` rows in id
         order; positions repeat where the sample is dealt beside each shard."""
-        if self.groups is None:
+        if self.kept is not None:
+            order, counts = self.kept
+        elif self.groups is None:
             order = np.random.default_rng(self.seed).permutation(count)
             counts = [len(s) for s in np.array_split(order, k)]
         else:

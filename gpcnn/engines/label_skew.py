@@ -31,13 +31,15 @@ def label_counts_sql(table_sql: str, classes: int) -> str:
     (those bytes of each that labels below ``classes`` use).
 
     The labels are copied once per buffer (``y || ''``) so that the byte reads that follow see
-    a plain value, not a TOAST pointer fetched again for every byte. One text on every engine;
-    on Greenplum the counting runs on the segments."""
+    a plain value, not a TOAST pointer fetched again for every byte, and decoded in a fenced
+    subquery, so that a sorting plan sorts plain numbers (``packing.layout``). One text on every
+    engine; on Greenplum the counting runs on the segments."""
     label = little_endian_sql("b.y", "g.i", 4, top=classes)
     return (
-        f"SELECT b.key, {label} AS label, count(*) AS images "
+        f"SELECT u.key, u.label, count(*) AS images FROM (SELECT b.key, {label} AS label "
         f"FROM (SELECT __dist_key__ AS key, n, y || ''::bytea AS y FROM {text_safe(table_sql)} "
-        "OFFSET 0) b CROSS JOIN LATERAL generate_series(0, b.n - 1) AS g(i) GROUP BY 1, 2"
+        "OFFSET 0) b CROSS JOIN LATERAL generate_series(0, b.n - 1) AS g(i) OFFSET 0) u "
+        "GROUP BY 1, 2"
     )
 
 

@@ -209,6 +209,22 @@ def little_endian_sql(value: str, index: str, width: int, *, top: int | None = N
     )
 
 
+def layout(conn: sa.Connection, table_sql: str) -> dict[int, list[int]]:
+    """Each key's images of an image table, as positions in id order (0-based), in the order
+    the key trains them (buffer by buffer). The ids are decoded in a fenced subquery first: the
+    window's sort then sees plain numbers (sorting on the decoding itself crashed PostgreSQL
+    15's backend)."""
+    sql = (
+        "SELECT r.key, array_agg(r.pos - 1 ORDER BY r.buffer_id, r.i) FROM (SELECT u.key, "
+        "u.buffer_id, u.i, row_number() OVER (ORDER BY u.id) AS pos FROM (SELECT b.key, "
+        f"b.buffer_id, g.i, {little_endian_sql('b.ids', 'g.i', 8)} AS id "
+        "FROM (SELECT __dist_key__ AS key, buffer_id, n, ids || ''::bytea AS ids "
+        f"FROM {text_safe(table_sql)} OFFSET 0) b CROSS JOIN LATERAL generate_series(0, b.n - 1) "
+        "AS g(i) OFFSET 0) u) r GROUP BY r.key"
+    )
+    return {int(key): list(positions) for key, positions in conn.execute(sa.text(sql))}
+
+
 def image_rows_sql(table_sql: str, image_bytes: int) -> str:
     """An image table as a source of one row per image (``id``, ``x`` bytea, ``y`` the class),
     for ``PackingSource``: each buffer's columns copied once, so that the reads that follow see
