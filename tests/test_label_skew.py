@@ -287,7 +287,9 @@ def test_redeal_holds_the_images_as_load_images_of_them_in_id_order_would(db, ro
 
 def test_add_shared_sample_keeps_every_image_on_its_segment_and_adds_the_same_sample(db, skewed):
     info = skewed[2]
-    shared = gpcnn.add_shared_sample(db, info.table, f"{SRC}.skewed_shared", 0.05, seed=2)
+    shared = gpcnn.add_shared_sample(
+        db, info.table, f"{SRC}.skewed_shared", 0.05, seed=2, replace=True
+    )
     own, held = _ids_by_key(db, str(info.table)), _ids_by_key(db, str(shared.table))
     sample = sorted((Counter(held[info.keys[0]]) - Counter(own[info.keys[0]])).elements())
     assert len(sample) == 20 == shared.shared_images
@@ -295,5 +297,5 @@ def test_add_shared_sample_keeps_every_image_on_its_segment_and_adds_the_same_sa
         assert Counter(held[key]) == Counter(own[key]) + Counter(sample)
     assert (shared.distribution, shared.skew, shared.images) == ("label-skew", 0.1, 400)
     assert shared.label_skew.max < info.label_skew.max
-    with pytest.raises(TableError, match="shared_sample=0.7"):
+    with pytest.raises(TableError, match=r"shared_sample=0\.7"):
         gpcnn.add_shared_sample(db, info.table, f"{SRC}.refused", 0.7)

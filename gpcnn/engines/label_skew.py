@@ -16,7 +16,7 @@ from typing import NamedTuple
 import sqlalchemy as sa
 
 from gpcnn.engines.compiler import text_safe
-from gpcnn.engines.packing import little_endian_sql
+from gpcnn.engines.packing import SETTINGS, little_endian_sql
 
 
 class SkewIndex(NamedTuple):
@@ -32,8 +32,8 @@ def label_counts_sql(table_sql: str, classes: int) -> str:
 
     The labels are copied once per buffer (``y || ''``) so that the byte reads that follow see
     a plain value, not a TOAST pointer fetched again for every byte, and decoded in a fenced
-    subquery, so that a sorting plan sorts plain numbers (``packing.layout``). One text on every
-    engine; on Greenplum the counting runs on the segments."""
+    subquery, so that a sorting plan sorts plain numbers. One text on every engine; on Greenplum
+    the counting runs on the segments."""
     label = little_endian_sql("b.y", "g.i", 4, top=classes)
     return (
         f"SELECT u.key, u.label, count(*) AS images FROM (SELECT b.key, {label} AS label "
@@ -48,6 +48,7 @@ def label_counts(
 ) -> list[list[int]]:
     """Each key's images per class (in the order of ``keys``), counted on the server."""
     counts = {key: [0] * classes for key in keys}
+    conn.execute(sa.text(SETTINGS))  # no JIT: LLVM beside TensorFlow crashes a backend
     for key, label, images in conn.execute(sa.text(label_counts_sql(table_sql, classes))):
         counts[int(key)][int(label)] = int(images)
     return [counts[key] for key in keys]

@@ -26,7 +26,9 @@ ID_TYPES = ("smallint", "integer", "bigint")
 ITEM_BYTES = {"real[]": 4, "double precision[]": 8, "smallint[]": 2, "integer[]": 4}
 GROUP_BYTES = 1 << 26  # images per call of the range check: about 64 MB of numbers
 # Per statement: the sorts of whole rows stay in memory, and JIT compiling (a fixed cost of a
-# large estimate) buys nothing where the work is PL/Python's.
+# large estimate) buys nothing where the work is PL/Python's; worse, LLVM loaded into a backend
+# that has imported TensorFlow crashes it (signal 11, PostgreSQL 15 here), so every statement of
+# this module and of ``label_skew`` runs without it.
 SETTINGS = "SELECT set_config('work_mem', '256MB', true), set_config('jit', 'off', true)"
 
 
@@ -121,6 +123,7 @@ class PackingSource:
     def groups(self, conn: sa.Connection, column: str) -> list[int]:
         """Each row's group by its value of ``column`` (0..G-1 in the value's order, NULLs one
         group), in id order: one array, not a row per image."""
+        conn.execute(sa.text(SETTINGS))
         by = text_safe(self.backend.quote(column))
         sql = (
             f"SELECT array_agg(g.rank - 1 ORDER BY g.id) FROM (SELECT {self.id} AS id, "
@@ -211,9 +214,7 @@ def little_endian_sql(value: str, index: str, width: int, *, top: int | None = N
 
 def layout(conn: sa.Connection, table_sql: str) -> dict[int, list[int]]:
     """Each key's images of an image table, as positions in id order (0-based), in the order
-    the key trains them (buffer by buffer). The ids are decoded in a fenced subquery first: the
-    window's sort then sees plain numbers (sorting on the decoding itself crashed PostgreSQL
-    15's backend)."""
+    the key trains them (buffer by buffer)."""
     sql = (
         "SELECT r.key, array_agg(r.pos - 1 ORDER BY r.buffer_id, r.i) FROM (SELECT u.key, "
         "u.buffer_id, u.i, row_number() OVER (ORDER BY u.id) AS pos FROM (SELECT b.key, "
@@ -222,6 +223,7 @@ def layout(conn: sa.Connection, table_sql: str) -> dict[int, list[int]]:
         f"FROM {text_safe(table_sql)} OFFSET 0) b CROSS JOIN LATERAL generate_series(0, b.n - 1) "
         "AS g(i) OFFSET 0) u) r GROUP BY r.key"
     )
+    conn.execute(sa.text(SETTINGS))
     return {int(key): list(positions) for key, positions in conn.execute(sa.text(sql))}
 
 
