@@ -1,6 +1,8 @@
 """gpcnn: train one Keras CNN data-parallel across the segments of a Greenplum-family database."""
 
+from gpcnn.data.label_skew import measure_skew
 from gpcnn.data.packing import pack_table
+from gpcnn.data.redealing import add_shared_sample, redeal
 from gpcnn.data.tables import (
     ImageTable,
     TableError,
@@ -28,6 +30,7 @@ __all__ = [
     "TableError",
     "TrainingError",
     "__version__",
+    "add_shared_sample",
     "check_environment",
     "connect",
     "delete_model",
@@ -41,9 +44,11 @@ __all__ = [
     "list_tables",
     "load_images",
     "load_model",
+    "measure_skew",
     "pack_table",
     "predict",
     "read_images",
+    "redeal",
     "release_sessions",
     "show_run",
     "store_model",

@@ -1,5 +1,6 @@
 """Images in, segments out: check images, labels and ids, size the buffers, and deal the images to
-the segments (IID shards or label skew) in a seeded order."""
+the segments (IID shards, label skew, or whole groups of rows) in a seeded order, a shared sample
+beside each shard if asked."""
 
 from __future__ import annotations
 
@@ -122,6 +123,60 @@ def deal(y: np.ndarray, segments: int, seed: int, distribution: str = "iid", ske
             "use a larger alpha, fewer segments or another seed"
         )
     return np.concatenate(shards), [len(s) for s in shards]
+
+
+def deal_groups(groups: np.ndarray, segments: int, seed: int):
+    """The order in which images are dealt and each shard's size, every group whole on one shard
+    (as Greenplum's ``DISTRIBUTED BY`` keeps equal values together).
+
+    ``groups``: each image's group, 0..G-1. The groups are visited in a random order from
+    ``seed``, largest first (ties in that order), each to the shard with the fewest images so
+    far; each shard is shuffled."""
+    sizes = np.bincount(groups)
+    if len(sizes) < segments:
+        raise TableError(
+            f"{len(sizes)} distinct values cannot give each of {segments} segments at least one: "
+            "distribute by a column with more values, or use fewer segments"
+        )
+    rng = np.random.default_rng(seed)
+    visit = rng.permutation(len(sizes))
+    visit = visit[np.argsort(-sizes[visit], kind="stable")]
+    shard_of, loads = np.empty(len(sizes), dtype=np.int64), [0] * segments
+    for group in visit:
+        k = loads.index(min(loads))
+        shard_of[group] = k
+        loads[k] += int(sizes[group])
+    dealt = shard_of[groups]
+    shards = [rng.permutation(np.flatnonzero(dealt == k)) for k in range(segments)]
+    return np.concatenate(shards), [len(s) for s in shards]
+
+
+SAMPLE_STREAM = 47  # the shared sample's random stream beside the dealing's: the shards stay
+
+
+def check_shared_sample(fraction) -> float:
+    """The shared sample's fraction of the table, 0 < p <= 0.5, or TableError."""
+    if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+        raise TableError(f"shared_sample must be a fraction of the table, got {fraction!r}")
+    if not 0 < fraction <= 0.5:
+        raise TableError(
+            f"shared_sample={fraction!r}: a fraction 0 < p <= 0.5 of the table (e.g. 0.05)"
+        )
+    return float(fraction)
+
+
+def share_sample(order: np.ndarray, counts: Sequence[int], fraction: float, seed: int):
+    """Every shard with its own images plus the same sample of ``fraction`` of them all, drawn
+    from ``seed`` (its own stream: the shards are those dealt without it), shuffled in.
+
+    Returns the new order (positions repeat: a sampled image is dealt once per shard, besides
+    its own), the shards' sizes and the sample's positions, sorted."""
+    rng = np.random.default_rng([seed, SAMPLE_STREAM])
+    size = max(1, round(fraction * len(order)))
+    sample = np.sort(rng.choice(len(order), size, replace=False))
+    shards = np.split(order, np.cumsum(counts)[:-1])
+    shards = [rng.permutation(np.concatenate([shard, sample])) for shard in shards]
+    return np.concatenate(shards), [len(s) for s in shards], sample
 
 
 def class_counts(y: np.ndarray, order: np.ndarray, counts: Sequence[int], classes: int):

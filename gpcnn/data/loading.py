@@ -14,13 +14,8 @@ import math
 from collections.abc import Sequence
 
 from gpcnn.data.copy_rows import COPY_ROW_OVERHEAD, COPY_STREAM_OVERHEAD, copy_stream, source_rows
-from gpcnn.data.dealing import (
-    ID_DTYPE,
-    class_counts,
-    default_buffer_size,
-    plan_buffers,
-    validate_ids,
-)
+from gpcnn.data.dealing import ID_DTYPE, default_buffer_size, plan_buffers, validate_ids
+from gpcnn.data.label_skew import measured
 from gpcnn.data.sources import as_source
 from gpcnn.data.table_catalog import IMAGE_LAYOUT, ImageTable, describe, resolved_name
 from gpcnn.deprecation import database_argument
@@ -139,7 +134,6 @@ def load_images(
     size = min(size, math.ceil(count / k))  # every segment gets at least one buffer
     name = checked_name(table)
     order, counts = images.deal(k, seed, distribution, skew)  # applied buffer by buffer
-    mixes = class_counts(images.labels, order, counts, classes)
 
     def rows(buffers):
         return source_rows(images, buffers, order, ids, progress=progress)
@@ -155,7 +149,6 @@ def load_images(
         "source": source,
         "distribution": distribution,
         "skew": None if skew is None else float(skew),
-        "class_counts": [c for mix in mixes for c in mix],
     }
     return _load(db, name, counts, replace, meta, rows, payload if progress else None)
 
@@ -205,7 +198,9 @@ def begin_swap(conn, backend, name: TableName, k: int, replace: bool):
 
 
 def finish_swap(conn, backend, name, staging, keys, exists: bool, meta: dict) -> None:
-    """The staging table takes the name, and the catalog row says what it holds."""
+    """The staging table takes the name, and the catalog row says what it holds: ``meta`` and
+    the labels of each segment, counted in the staging table."""
+    skew = measured(conn, backend, staging, keys, meta["num_classes"])
     if exists:
         conn.exec_driver_sql(backend.drop_ddl(name))
     for statement in backend.rename_ddl(staging, name, keys):
@@ -218,6 +213,7 @@ def finish_swap(conn, backend, name, staging, keys, exists: bool, meta: dict) ->
             "layout": IMAGE_LAYOUT,
             "gpcnn_version": __version__,
             **meta,
+            **skew,
         },
     )
 

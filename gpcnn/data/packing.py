@@ -11,10 +11,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from gpcnn.data.dealing import default_buffer_size, plan_buffers
+from gpcnn.data.dealing import (
+    check_shared_sample,
+    deal_groups,
+    default_buffer_size,
+    plan_buffers,
+    share_sample,
+)
 from gpcnn.data.loading import begin_swap, finish_swap
 from gpcnn.data.table_catalog import ImageTable, describe, resolved_name
 from gpcnn.deprecation import database_argument
@@ -40,6 +47,8 @@ def pack_table(
     class_values: Sequence | None = None,
     seed: int = 0,
     replace: bool = False,
+    distribute_by: str | None = None,
+    shared_sample: float | None = None,
 ) -> ImageTable:
     """Pack ``source`` (one row per image) into the image table ``target``.
 
@@ -71,6 +80,19 @@ def pack_table(
         same arrays in id order.
     class_values : sequence, optional
         The labels in class order (default: the distinct labels, sorted).
+    distribute_by : str, optional
+        A column of ``source``: rows with equal values land on the same segment, as Greenplum's
+        ``DISTRIBUTED BY`` keeps them (images grouped by site, camera or day stay where they
+        are, with the label skew that brings: ``ImageTable.label_skew`` measures it). Each value
+        goes whole, largest first, to the segment with the fewest images so far (ties in an order
+        from ``seed``), so the segments stay as even as the values allow. Default: IID dealing.
+    shared_sample : float, optional
+        A fraction 0 < p <= 0.5 of the images, chosen by ``seed``, that every segment holds
+        besides its own and trains on (Zhao et al. 2018: a small shared IID sample closes much of
+        what label skew costs). The segments' own images are those dealt without it; the sample
+        is shuffled into each segment's buffers, so a sampled image is stored once per segment
+        besides its own copy. A table with a sample is for training: evaluating or predicting on
+        it counts the sample once per segment.
 
     Returns
     -------
@@ -81,7 +103,8 @@ def pack_table(
     ------
     TableError
         A missing column or one of the wrong type, a row of the wrong length or out of range
-        (named by its id), more segments than rows, or ``target`` exists without ``replace``.
+        (named by its id), more segments than rows (or than ``distribute_by`` values), a
+        ``shared_sample`` outside 0 < p <= 0.5, or ``target`` exists without ``replace``.
     InstallError
         gpcnn's functions are missing and the user may not install them.
 
@@ -90,19 +113,28 @@ def pack_table(
     >>> gpcnn.pack_table(db, "raw.images", "fm.packed", x_column="pixels", y_column="label",
     ...                  id_column="image_id", segments=4)
     """
+    sample = None if shared_sample is None else check_shared_sample(shared_sample)
     db = connect(database)
     ensure_installed(db)  # the packing runs gpcnn's functions on the segments
     name = checked_name(target)
     with db.connect() as conn:
         src = resolved_name(conn, TableName.parse(source))
-        queries, count = _check_columns(conn, db.backend, src, x_column, y_column, id_column)
+        columns = {"x_column": x_column, "y_column": y_column, "id_column": id_column}
+        if distribute_by is not None:
+            columns["distribute_by"] = distribute_by
+        queries, count = _check_columns(conn, db.backend, src, columns)
         image_shape = _check_rows(conn, queries, src, shape)
-    options = {
-        "shape": image_shape, "normalized": bool(normalized), "segments": segments,
-        "buffer_size": buffer_size, "class_values": class_values, "seed": seed, "replace": replace,
-    }  # fmt: skip
+    by = "" if distribute_by is None else f" distributed by {distribute_by}"
     try:
-        return _pack(db, queries, src, name, count, **options)
+        with db.connect() as conn:
+            values = _class_values(conn, queries, src, class_values)
+            groups = None if distribute_by is None else _groups(conn, queries, src, distribute_by)
+        dealing = Dealing(segments, buffer_size, seed, groups, sample)
+        catalog = {"class_names": values, "source": f"pack_table of {src}{by}"}
+        return pack_rows(
+            db, queries, src, name, count, values, dealing, catalog,
+            shape=image_shape, normalized=bool(normalized), replace=replace,
+        )  # fmt: skip
     except (TableError, DatabaseError):
         # The fill checks the range as it converts: any refusal from here on is first the
         # range's, for the row named by the check alone, as if it had come first.
@@ -110,33 +142,60 @@ def pack_table(
         raise
 
 
-def _pack(
-    db: Database, queries: PackingSource, src: TableName, name: TableName, count: int, *,
-    shape, normalized, segments, buffer_size, class_values, seed, replace,
+@dataclass(frozen=True)
+class Dealing:
+    """How a pack deals its rows: over ``segments`` in buffers of ``buffer_size`` (None: the
+    defaults), IID by ``seed``, whole ``groups`` (each row's, in id order) or as ``kept`` (an
+    order and each shard's size, given), and the fraction of a shared sample (None: none)."""
+
+    segments: int | None
+    buffer_size: int | None
+    seed: int
+    groups: np.ndarray | None = None
+    shared_sample: float | None = None
+    kept: tuple[np.ndarray, list[int]] | None = None
+
+    def order(self, count: int, k: int):
+        """(order, images per shard, the shared sample's positions) over ``count`` rows in id
+        order; positions repeat where the sample is dealt beside each shard."""
+        if self.kept is not None:
+            order, counts = self.kept
+        elif self.groups is None:
+            order = np.random.default_rng(self.seed).permutation(count)
+            counts = [len(s) for s in np.array_split(order, k)]
+        else:
+            order, counts = deal_groups(self.groups, k, self.seed)
+        if self.shared_sample is None:
+            return order, counts, order[:0]
+        return share_sample(order, counts, self.shared_sample, self.seed)
+
+
+def pack_rows(
+    db: Database, queries: PackingSource, src: TableName, name: TableName, count: int,
+    values: list[str], dealing: Dealing, catalog: dict, *, shape, normalized, replace,
 ) -> ImageTable:  # fmt: skip
+    """The rows of ``queries`` (``count`` images, labels ``values``) dealt into ``name`` in one
+    transaction; ``catalog``: the entry's class names and source."""
     backend = db.backend
-    with db.connect() as conn:
-        values = _class_values(conn, queries, src, class_values)
-    k = backend.default_segments() if segments is None else int(segments)
+    k = backend.default_segments() if dealing.segments is None else int(dealing.segments)
     if k < 1 or count < k:
         raise TableError(f"{count} images cannot give each of {k} segments at least one")
-    size = default_buffer_size(count, k, shape) if buffer_size is None else int(buffer_size)
+    size = dealing.buffer_size
+    size = default_buffer_size(count, k, shape) if size is None else int(size)
     if size < 1:
-        raise TableError(f"buffer_size must be >= 1, got {buffer_size}")
+        raise TableError(f"buffer_size must be >= 1, got {dealing.buffer_size}")
     size = min(size, math.ceil(count / k))
-    order = np.random.default_rng(seed).permutation(count)
+    order, counts, sample = dealing.order(count, k)
     with db.begin() as conn:
         name = resolved_name(conn, name)
         if name == src:
             raise TableError("pack_table writes a new table: target must differ from source")
         staging, keys, exists = begin_swap(conn, backend, name, k, replace)
-        buffers = plan_buffers(count, keys, size)
-        rank = np.empty(count, dtype=np.int64)  # by position in id order: when it is dealt
-        rank[order] = np.arange(count)
-        key, buffer_id = np.empty(count, dtype=np.int64), np.empty(count, dtype=np.int64)
-        for buf in buffers:  # and into which buffer
-            key[order[buf.start : buf.stop]] = buf.key
-            buffer_id[order[buf.start : buf.stop]] = buf.buffer_id
+        buffers = plan_buffers(len(order), keys, size, counts)
+        key, buffer_id = np.empty(len(order), dtype=np.int64), np.empty(len(order), dtype=np.int64)
+        for buf in buffers:  # each dealt image's buffer, in the order dealt
+            key[buf.start : buf.stop] = buf.key
+            buffer_id[buf.start : buf.stop] = buf.buffer_id
         queries.fill(
             conn,
             staging.sql(backend),
@@ -144,12 +203,11 @@ def _pack(
                 "normalized": normalized,
                 "length": math.prod(shape),
                 "values": values,
-                "rank": rank.tolist(),
-                "key": key.tolist(),
-                "buffer_id": buffer_id.tolist(),
+                "position": order,
+                "key": key,
+                "buffer_id": buffer_id,
             },
         )
-        counts = [sum(b.stop - b.start for b in buffers if b.key == key) for key in keys]
         finish_swap(
             conn,
             backend,
@@ -160,30 +218,35 @@ def _pack(
             {
                 "image_shape": list(shape),
                 "num_classes": len(values),
-                "class_names": values,
                 "buffer_size": size,
                 "images": count,
                 "images_per_segment": counts,
-                "source": f"pack_table of {src}",
+                "distribution": "iid" if dealing.groups is None else "distribute_by",
+                "shared_images": len(sample),
+                **catalog,
             },
         )
     return describe(db, name)
 
 
-def _check_columns(conn, backend, src: TableName, x: str, y: str, id_: str):
+def _check_columns(conn, backend, src: TableName, columns: dict[str, str]):
+    """The columns (role -> name) checked, then the rows' ids and NULLs: (queries, rows)."""
     types = column_types(conn, src.sql(backend))
     if not types:
         raise TableError(f"no table {src} to pack")
-    for role, column in (("x_column", x), ("y_column", y), ("id_column", id_)):
+    for role, column in columns.items():
+        if not isinstance(column, str):
+            raise TableError(f"{role}={column!r}: a column name (str)")
         if "%" in column:  # psycopg2's parameter marker: the statements would name another column
             raise TableError(f"{role}={column!r}: gpcnn cannot name a column holding '%'")
         if column not in types:
             raise TableError(f"{role}={column!r} is not a column of {src} ({', '.join(types)})")
+    x, id_ = columns["x_column"], columns["id_column"]
     if types[x] not in IMAGE_TYPES:
         raise TableError(f"{src}.{x} is {types[x]}: images must be one of {', '.join(IMAGE_TYPES)}")
     if types[id_] not in ID_TYPES:
         raise TableError(f"{src}.{id_} is {types[id_]}: ids must be one of {', '.join(ID_TYPES)}")
-    queries = PackingSource(backend, src.sql(backend), x, y, id_, types[x])
+    queries = PackingSource(backend, src.sql(backend), x, columns["y_column"], id_, types[x])
     total, distinct, nulls, null_image, null_label = queries.summary(conn)
     if total == 0:
         raise TableError(f"{src} has no rows to pack")
@@ -243,6 +306,16 @@ def _shape(length: int, shape, src: TableName) -> tuple[int, ...]:
         f"{src}: images of {length} values are not square: give shape=(H, W, C), or "
         f"shape=({length},) for feature rows"
     )
+
+
+def _groups(conn, queries: PackingSource, src: TableName, column: str) -> np.ndarray:
+    """Each row's group (0..G-1) by its value of ``column``, in id order."""
+    try:
+        return np.asarray(queries.groups(conn, column), dtype=np.int64)
+    except DatabaseError as e:  # a type without an order (json, point): no way to group it
+        raise TableError(
+            f"{src}: cannot distribute by {column}: {getattr(e, 'orig', e)}".strip()
+        ) from None
 
 
 def _class_values(conn, queries: PackingSource, src: TableName, given) -> list[str]:

@@ -9,6 +9,7 @@ from gpcnn.deprecation import database_argument
 from gpcnn.engines import Connection, Database, connect
 from gpcnn.engines.catalog import Catalog, current_schema, relation_exists
 from gpcnn.engines.identifiers import TableError, TableName
+from gpcnn.engines.label_skew import SkewIndex
 
 IMAGE_LAYOUT = 2  # 1: gpcnn 0.1, without ids
 
@@ -29,6 +30,8 @@ class ImageTable:
     distribution: str = "iid"
     skew: float | None = None  # label-skew's Dirichlet alpha
     class_counts: tuple[tuple[int, ...], ...] | None = None  # per segment, per class
+    label_skew: SkewIndex | None = None  # None: not measured (packed before gpcnn measured it)
+    shared_images: int = 0  # the shared sample's images, held by every segment besides its own
 
     def require_ids(self, what: str) -> None:
         """Refuse, with what to do, a table loaded before images had ids."""
@@ -45,7 +48,8 @@ class ImageTable:
 
     @property
     def images(self) -> int:
-        return sum(self.images_per_segment)
+        """The table's distinct images (a shared sample counted once, not once per segment)."""
+        return sum(self.images_per_segment) - self.segments * self.shared_images
 
 
 def resolved_name(conn: Connection, table: TableName) -> TableName:
@@ -66,6 +70,12 @@ def _from_row(name: TableName, row) -> ImageTable:
         distribution=row.distribution,
         skew=row.skew,
         class_counts=_per_segment(row.class_counts, len(row.dist_keys)),
+        label_skew=(
+            None
+            if row.label_skew_max is None
+            else SkewIndex(row.label_skew_max, row.label_skew_mean)
+        ),
+        shared_images=int(row.shared_images),
     )
 
 

@@ -161,6 +161,15 @@ class Catalog:
         self.delete_image_table(row["table_schema"], row["table_name"])
         self.conn.execute(self.tables.image_tables.insert().values(**row))
 
+    def update_image_table(self, table_schema: str, table_name: str, values: dict) -> None:
+        """Set some columns of an image table's catalog row."""
+        t = self.tables.image_tables
+        self.conn.execute(
+            t.update()
+            .where(t.c.table_schema == table_schema, t.c.table_name == table_name)
+            .values(**values)
+        )
+
     def delete_image_table(self, table_schema: str, table_name: str) -> None:
         t = self.tables.image_tables
         self.conn.execute(

@@ -16,9 +16,10 @@ import sqlalchemy as sa
 
 from gpcnn.engines.base import Backend
 from gpcnn.engines.compiler import text_safe
+from gpcnn.engines.label_skew import skew_index
 from gpcnn.engines.transfers import EVERY_KEY
 
-SHAPE_VERSION = 7
+SHAPE_VERSION = 9
 
 
 class ShapeError(RuntimeError):
@@ -96,6 +97,12 @@ def tables(schema: str) -> Tables:
         sa.Column("distribution", sa.Text, nullable=False, server_default="iid"),
         sa.Column("skew", sa.Float),
         sa.Column("class_counts", sa.ARRAY(sa.BigInteger)),
+        # the label skew of those counts (``label_skew``: largest segment's total-variation
+        # distance from the table's mix, image-weighted mean); images of the shared sample that
+        # every segment holds besides its own (0: none)
+        sa.Column("label_skew_max", sa.Float),
+        sa.Column("label_skew_mean", sa.Float),
+        sa.Column("shared_images", sa.BigInteger, nullable=False, server_default="0"),
     )
     runs = sa.Table(
         "runs",
@@ -213,6 +220,7 @@ NON_RESULT_PARAMS = frozenset(
         "validation_table",
         "validation_data",  # gpcnn 0.1
         "validation_freq",
+        "label_skew",  # the table's, recorded by fit: the table is matched by its name
     }
 )
 
@@ -360,6 +368,37 @@ def _migrate_6_to_7(conn: sa.Connection, backend: Backend) -> None:
     _create_missing(conn, backend)
 
 
+def _migrate_7_to_8(conn: sa.Connection, backend: Backend) -> None:
+    """Shape 8 is another change's (issue 47, diagnostics): on this branch, tables only."""
+    _create_missing(conn, backend)
+
+
+def _migrate_8_to_9(conn: sa.Connection, backend: Backend) -> None:
+    """Image tables record their label skew and shared sample; the skew of a table whose class
+    counts are known is computed from them, the others' stays unknown (NULL) until reloaded or
+    measured (``gpcnn.measure_skew``)."""
+    _create_missing(conn, backend)
+    if "label_skew_max" in _columns(conn, backend, "image_tables"):
+        return
+    conn.exec_driver_sql(
+        f"ALTER TABLE {qualified(backend, 'image_tables')} "
+        "ADD COLUMN label_skew_max double precision, ADD COLUMN label_skew_mean double precision, "
+        "ADD COLUMN shared_images bigint NOT NULL DEFAULT 0"
+    )
+    t = tables(backend.schema).image_tables
+    known = sa.select(t.c.table_schema, t.c.table_name, t.c.dist_keys, t.c.class_counts).where(
+        t.c.class_counts.is_not(None)
+    )
+    for schema, name, keys, flat in conn.execute(known).all():
+        width = len(flat) // len(keys)
+        index = skew_index([flat[k * width : (k + 1) * width] for k in range(len(keys))])
+        conn.execute(
+            t.update()
+            .where(t.c.table_schema == schema, t.c.table_name == name)
+            .values(label_skew_max=index.max, label_skew_mean=index.mean)
+        )
+
+
 # MIGRATIONS[i] takes shape i + 1 to shape i + 2.
 MIGRATIONS = (
     _migrate_1_to_2,
@@ -368,6 +407,8 @@ MIGRATIONS = (
     _migrate_4_to_5,
     _migrate_5_to_6,
     _migrate_6_to_7,
+    _migrate_7_to_8,
+    _migrate_8_to_9,
 )
 
 

@@ -8,6 +8,7 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from gpcnn.data import arrays
+from gpcnn.data.label_skew import skew_warning
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
 from gpcnn.estimator import parameters, saving
@@ -282,6 +284,11 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
     def _fit(self, db, table, validation_data, callbacks, resume, total, warm=None):
         loop.check_callbacks(callbacks)
         info = loop.described(db, table)
+        params = self.stored_params()
+        if info.label_skew is not None:  # recorded with the run (it does not key resume)
+            params["label_skew"] = info.label_skew._asdict()
+            if (warning := skew_warning(info)) is not None:
+                logging.getLogger("gpcnn").warning(warning)
         model = self._model(info)
         input_shape = check_model_fits(model, info)
         source = validation_source(db, self._indexed(validation_data), model)
@@ -294,7 +301,7 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
         warm = (self.warm_start if warm is None else warm) and hasattr(self, "model_")
         history = list(self.history_) if warm and resume is None else []
         start = loop.initialize(
-            db, info, model_json, manifest, self.stored_params(), resume,
+            db, info, model_json, manifest, params, resume,
             self.model_ if warm else model,
         )  # fmt: skip
         self._drop_fitted_models()

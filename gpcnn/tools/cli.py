@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     doctor = with_database(sub.add_parser("doctor", help="check the database can run gpcnn"))
     doctor.add_argument("--json", action="store_true")
+    doctor.add_argument(
+        "--table", action="append", help="also show an image table and its label skew"
+    )
     doctor.set_defaults(func=commands.cmd_doctor)
 
     inst = with_database(sub.add_parser("install", help="install or upgrade gpcnn's functions"))
@@ -74,9 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true", help="list as JSON")
     models.set_defaults(func=commands.cmd_models)
 
-    tables = with_database(sub.add_parser("tables", help="image tables: list, drop"))
-    tables.add_argument("action", choices=["list", "drop"])
-    tables.add_argument("tables", nargs="*", help="tables to drop ([schema.]name)")
+    tables = with_database(sub.add_parser("tables", help="image tables: list, show, drop"))
+    tables.add_argument("action", choices=["list", "show", "drop"])
+    tables.add_argument("tables", nargs="*", help="tables to show or drop ([schema.]name)")
+    tables.add_argument("--json", action="store_true", help="show as JSON")
     tables.add_argument("--missing-ok", action="store_true", help="no error for absent tables")
     tables.add_argument(
         "--staging", action="store_true", help="drop the tables fit() staged for arrays"

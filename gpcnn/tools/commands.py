@@ -35,11 +35,88 @@ def cmd_db(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    from gpcnn.data.tables import describe
     from gpcnn.tools.environment import check_environment
 
-    report = check_environment(connect_from(args))
-    print(json.dumps(report.as_dict(), indent=2) if args.json else report)
+    db = connect_from(args)
+    report = check_environment(db)
+    tables = [describe(db, table) for table in args.table or ()]
+    if args.json:
+        print(
+            json.dumps({**report.as_dict(), "tables": [_table_dict(t) for t in tables]}, indent=2)
+        )
+        return 0
+    print(report)
+    for info in tables:
+        print(f"\n{_table_text(info)}")
     return 0
+
+
+def _table_dict(info) -> dict:
+    """An image table as ``gpcnn tables show --json`` prints it."""
+    from gpcnn.engines.label_skew import segment_distances
+
+    skew = info.label_skew
+    return {
+        "table": str(info.table),
+        "images": info.images,
+        "image_shape": list(info.image_shape),
+        "num_classes": info.num_classes,
+        "class_names": list(info.class_names),
+        "distribution": info.distribution,
+        "skew": info.skew,
+        "source": info.source,
+        "buffer_size": info.buffer_size,
+        "shared_images": info.shared_images,
+        "label_skew": None if skew is None else {"max": skew.max, "mean": skew.mean},
+        "segments": [
+            {"key": key, "images": images, "class_counts": counts, "label_skew": distance}
+            for key, images, counts, distance in zip(
+                info.keys,
+                info.images_per_segment,
+                info.class_counts or [None] * info.segments,
+                segment_distances(info.class_counts)
+                if info.class_counts
+                else [None] * info.segments,
+                strict=True,
+            )
+        ],
+    }
+
+
+def _table_text(info) -> str:
+    """An image table as ``gpcnn tables show`` (and ``gpcnn doctor --table``) prints it: what it
+    holds, its label skew against the fit's threshold, each segment's images and class mix."""
+    from gpcnn.data.label_skew import SKEW_THRESHOLD
+
+    shown = _table_dict(info)
+    shape = "x".join(map(str, info.image_shape))
+    lines = [
+        f"{info.table}: {info.images:,} images {shape}, {info.num_classes} classes, "
+        f"{info.segments} segments, buffers of <= {info.buffer_size:,}; dealt "
+        f"{info.distribution}{'' if info.skew is None else f' (alpha {info.skew:g})'}; "
+        f"source: {info.source or '-'}",
+    ]
+    if info.label_skew is None:
+        lines.append(
+            "label skew: not measured (packed before gpcnn measured it): "
+            f"gpcnn.measure_skew(db, {str(info.table)!r}) counts it"
+        )
+    else:
+        verdict = "a fit warns" if info.label_skew.max > SKEW_THRESHOLD else "below"
+        lines.append(
+            f"label skew: {info.label_skew.max:.3f} at the most, {info.label_skew.mean:.3f} "
+            f"image-weighted (total-variation distance from the table's mix; {verdict} "
+            f"the threshold {SKEW_THRESHOLD})"
+        )
+    if info.shared_images:
+        lines.append(f"shared sample: {info.shared_images:,} images held by every segment")
+    lines.append(f"{'key':>5} {'images':>9} {'skew':>6}  images per class")
+    for seg in shown["segments"]:
+        skew = "-" if seg["label_skew"] is None else f"{seg['label_skew']:.3f}"
+        mix = "-" if seg["class_counts"] is None else " ".join(map(str, seg["class_counts"]))
+        lines.append(f"{seg['key']:>5} {seg['images']:>9,} {skew:>6}  {mix}")
+    return "\n".join(lines)
 
 
 def cmd_install(args: argparse.Namespace) -> int:
@@ -157,9 +234,18 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 def cmd_tables(args: argparse.Namespace) -> int:
-    from gpcnn.data.tables import drop_table, list_tables
+    from gpcnn.data.tables import describe, drop_table, list_tables
 
     db = connect_from(args)
+    if args.action == "show":
+        if not args.tables:
+            raise ValueError("gpcnn tables show needs table names")
+        shown = [describe(db, table) for table in args.tables]
+        if args.json:
+            print(json.dumps([_table_dict(info) for info in shown], indent=1))
+        else:
+            print("\n\n".join(_table_text(info) for info in shown))
+        return 0
     if args.action == "list":
         for info in list_tables(db):
             shape = "x".join(map(str, info.image_shape))
@@ -251,5 +337,3 @@ def cmd_load(args: argparse.Namespace) -> int:
             f"buffers of <= {info.buffer_size:,}; {info.num_classes} classes)"
         )
     return 0
-
-
