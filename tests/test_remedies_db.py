@@ -18,30 +18,22 @@ from gpcnn.data.tables import describe, load_images
 from gpcnn.fit import rules
 from gpcnn.fit.compiling import stored_optimizer
 from gpcnn.kernel import averaging, layout, segment, wire
+from gpcnn.kernel.keras_setup import compiled_model
+from gpcnn.kernel.protocol import CompileOptions
 
 pytestmark = pytest.mark.every_dispatch
 
 keras = segment.keras_module()
 
 TRAIN = "gpcnn_remedies_test.train"
+MOMENTUM_SGD = stored_optimizer(keras.optimizers.SGD(LEARNING_RATE, momentum=0.9))
 
 
 @pytest.fixture(scope="module")
 def table(db, schema):
+    skewed = {"distribution": "label-skew", "skew": 0.5, "seed": 4, "progress": False}
     images, labels = learnable_images(150)
-    load_images(
-        db,
-        TRAIN,
-        images,
-        labels,
-        segments=2,
-        buffer_size=20,
-        distribution="label-skew",
-        skew=0.5,
-        seed=4,
-        replace=True,
-        progress=False,
-    )
+    load_images(db, TRAIN, images, labels, segments=2, buffer_size=20, replace=True, **skewed)
     info = describe(db, TRAIN)
     sizes = info.images_per_segment
     assert abs(sizes[0] - sizes[1]) > 20, sizes  # shards unequal: steps unequal
@@ -71,7 +63,7 @@ def reference_rule(model, name: str, **options) -> rules.MergeRule:
         wire.trainable_mask(manifest),
         2,
         statistics=layout.moving_statistics(manifest),
-        optimizer=stored_optimizer(keras.optimizers.SGD(LEARNING_RATE, momentum=0.9)),
+        optimizer=MOMENTUM_SGD,
         **options,
     )
 
@@ -80,12 +72,7 @@ def merged_in_process(model, info, buffers, iterations: int, rule: rules.MergeRu
     """Each key trains the sent model with a fresh SGD+momentum over its buffers in order, in
     mini-batches of ``BATCH``, as its segment does; ``rule`` merges the trained models with the
     steps each key took. Returns the model after ``iterations``."""
-    local = keras.models.model_from_json(model.to_json())
-    local.compile(
-        optimizer=keras.optimizers.SGD(LEARNING_RATE, momentum=0.9),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
+    local = compiled_model(model.to_json(), CompileOptions(MOMENTUM_SGD))  # as each segment's
     local.optimizer.build(local.trainable_variables)
     fresh = wire.optimizer_vector(local)
     keys = list(info.keys)
