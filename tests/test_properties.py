@@ -329,7 +329,11 @@ DOCUMENTED = {
     "beta2": lambda k: (0, True, 1, False),
     "tau": lambda k: (0, False, INF, False),
 }
-BUILT_IN = ["average", "bmuf", "easgd", "none", "fedprox", "scaffold", "fedadam", "fedyogi"]
+# The documented choices of the options whose values are words.
+CHOICES = {"batchnorm_statistics": ("averaged", "pooled")}
+BUILT_IN = [
+    "average", "bmuf", "easgd", "none", "fedprox", "scaffold", "fedadam", "fedyogi", "fednova",
+]  # fmt: skip
 
 
 def _inside(option: str, value: float, k: int) -> bool:
@@ -352,6 +356,7 @@ VALUES = st.one_of(
     st.builds(np.int64, st.integers(-3, 3)),
     st.builds(np.bool_, st.booleans()),
     st.sampled_from(["0.5", None, 1j, [0.5], object()]),
+    st.sampled_from(["averaged", "pooled", "Pooled", ""]),
 )
 
 
@@ -376,6 +381,9 @@ def test_a_merge_option_is_accepted_inside_its_documented_range_and_refused_outs
             assert not isinstance(value, bool | np.bool_)
             assert "True or False" in message
             return
+        if isinstance(defaults[option], str):
+            assert value not in CHOICES[option] and "is not a choice" in message
+            return
         allowed = rules.RULES[name].option_ranges(k)[option].allowed
         assert f"{option} must be {allowed}" in message
         real = isinstance(value, int | float | np.floating | np.integer)
@@ -388,6 +396,9 @@ def test_a_merge_option_is_accepted_inside_its_documented_range_and_refused_outs
     assert set(checked) == set(defaults)
     if isinstance(defaults[option], bool):
         assert isinstance(value, bool | np.bool_) and checked[option] is bool(value)
+        return
+    if isinstance(defaults[option], str):
+        assert value in CHOICES[option] and checked[option] == value
         return
     assert type(checked[option]) is float and checked[option] == float(value)
     assert math.isfinite(checked[option]) and _inside(option, checked[option], k)
@@ -412,7 +423,7 @@ def test_every_built_in_rules_real_option_has_a_documented_range():
     assert list(rules.RULES)[: len(BUILT_IN)] == BUILT_IN
     for name in BUILT_IN:
         for option, default in rules.RULES[name].option_defaults(4).items():
-            assert isinstance(default, bool) or option in DOCUMENTED, (name, option)
+            assert isinstance(default, bool) or option in {**DOCUMENTED, **CHOICES}, (name, option)
 
 
 # -- the wire format -------------------------------------------------------------------------------

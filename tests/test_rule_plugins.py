@@ -216,7 +216,11 @@ def test_a_plugin_rule_combining_both_hooks_trains_in_the_database_as_in_process
 
 
 def test_a_plugin_rule_declares_its_options_and_their_ranges(registered):
-    assert check_options("damped", None, 2) == {"mu": 0.5, "beta": 0.5}
+    assert check_options("damped", None, 2) == {
+        "mu": 0.5,
+        "beta": 0.5,
+        "batchnorm_statistics": "averaged",
+    }
     with pytest.raises(ValueError, match=r"beta=2 is out of range: beta must be in \(0, 1\]"):
         check_options("damped", {"beta": 2}, 2)
     with pytest.raises(ValueError, match=r"choose one of average, .*, damped, corrected_prox$"):

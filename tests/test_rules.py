@@ -22,6 +22,8 @@ keras = segment.keras_module()
 
 KEYS = [0, 1]
 COUNTS = {0: 1, 1: 3}
+# The options every rule takes, at their defaults.
+SHARED = {"batchnorm_statistics": "averaged"}
 ALL = np.array([True, True, True])
 LAST_FROZEN = np.array([True, True, False])  # position 2 is non-trainable (a BN statistic)
 
@@ -363,8 +365,8 @@ def test_make_rule_raises_what_check_options_raises(name, options):
     ],
 )
 def test_check_options_fills_in_the_defaults(name, segments, want):
-    assert rules.check_options(name, None, segments) == want
-    assert rules.check_options(name, {}, segments) == want
+    assert rules.check_options(name, None, segments) == {**want, **SHARED}
+    assert rules.check_options(name, {}, segments) == {**want, **SHARED}
 
 
 @pytest.mark.parametrize(
@@ -385,6 +387,7 @@ def test_check_options_fills_in_the_defaults(name, segments, want):
 def test_check_options_passes_valid_options_through_as_python_numbers(name, options, want):
     given = dict(options)
     got = rules.check_options(name, options, 3)
+    want = {**want, **SHARED}
     assert got == want
     assert [type(v) for v in got.values()] == [type(v) for v in want.values()]
     assert options == given  # the caller's mapping is left alone
@@ -398,8 +401,8 @@ def test_check_options_takes_its_option_names_from_the_rule_class(monkeypatch):
 
     monkeypatch.setitem(rules.RULES, "warmed", Warmed)
     got = rules.check_options("warmed", {"warmup": True}, 2)
-    assert got == {"alpha": 0.45, "warmup": True}
-    with pytest.raises(ValueError, match=r"warmed takes alpha, warmup$"):
+    assert got == {"alpha": 0.45, "warmup": True, **SHARED}
+    with pytest.raises(ValueError, match=r"warmed takes alpha, warmup, batchnorm_statistics$"):
         rules.check_options("warmed", {"ramp": 1.0}, 2)
     with pytest.raises(ValueError, match="warmup=1 is not a bool"):
         rules.check_options("warmed", {"warmup": 1}, 2)
@@ -411,28 +414,40 @@ def test_check_options_refuses_an_unknown_rule(name):
         rules.check_options(name, None, 2)
     assert str(e.value) == (
         f'merge="{name}": choose one of average, bmuf, easgd, none, fedprox, scaffold, fedadam, '
-        "fedyogi"
+        "fedyogi, fednova"
     )
 
 
 @pytest.mark.parametrize(
     ("name", "options", "message"),
     [
-        ("bmuf", {"etta": 0.5}, "etta=0.5 is not an option: bmuf takes eta, zeta, nesterov"),
+        (
+            "bmuf",
+            {"etta": 0.5},
+            "etta=0.5 is not an option: bmuf takes eta, zeta, nesterov, batchnorm_statistics",
+        ),
         (
             "bmuf",
             {"eta": 0.5, "Zeta": 1},
-            "Zeta=1 is not an option: bmuf takes eta, zeta, nesterov",
+            "Zeta=1 is not an option: bmuf takes eta, zeta, nesterov, batchnorm_statistics",
         ),
         (
             "bmuf",
             {"etta": 1, "zetta": 2},
-            "etta=1, zetta=2 are not options: bmuf takes eta, zeta, nesterov",
+            "etta=1, zetta=2 are not options: bmuf takes eta, zeta, nesterov, batchnorm_statistics",
         ),
-        ("easgd", {"eta": 0.1}, "eta=0.1 is not an option: easgd takes alpha"),
-        ("easgd", {"trainable": "mask"}, "trainable='mask' is not an option: easgd takes alpha"),
-        ("average", {"eta": 0.9}, "eta=0.9 is not an option: average takes no options"),
-        ("none", {"alpha": 0.1}, "alpha=0.1 is not an option: none takes no options"),
+        (
+            "easgd",
+            {"eta": 0.1},
+            "eta=0.1 is not an option: easgd takes alpha, batchnorm_statistics",
+        ),
+        (
+            "easgd",
+            {"trainable": "mask"},
+            "trainable='mask' is not an option: easgd takes alpha, batchnorm_statistics",
+        ),
+        ("average", {"eta": 0.9}, "eta=0.9 is not an option: average takes batchnorm_statistics"),
+        ("none", {"alpha": 0.1}, "alpha=0.1 is not an option: none takes batchnorm_statistics"),
     ],
 )
 def test_check_options_refuses_an_unknown_option_and_lists_the_valid_ones(name, options, message):
@@ -521,7 +536,8 @@ def test_check_options_messages_in_full():
         (
             "bmuf",
             {"etta": 0.5},
-            'merge="bmuf": etta=0.5 is not an option: bmuf takes eta, zeta, nesterov',
+            'merge="bmuf": etta=0.5 is not an option: bmuf takes eta, zeta, nesterov, '
+            "batchnorm_statistics",
         ),
     ]
     for name, options, message in cases:
@@ -537,7 +553,7 @@ def test_fedprox_merges_as_average_and_sends_its_mu_into_the_database():
     rule = rules.make_rule("fedprox", ALL, 2, mu=0.5)
     assert isinstance(rule, rules.Average) and rule.in_database() == {"proximal": 0.5}
     assert rules.make_rule("average", ALL, 2).in_database() == {}
-    assert rules.check_options("fedprox", None, 2) == {"mu": 0.01}
+    assert rules.check_options("fedprox", None, 2) == {"mu": 0.01, **SHARED}
 
 
 def test_fedadam_two_iterations_by_hand():
@@ -639,7 +655,7 @@ def test_the_new_rules_refuse_options_out_of_range(name, options, message):
 
 
 def test_fedadam_defaults():
-    want = {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 0.001}
+    want = {"server_lr": 0.01, "beta1": 0.9, "beta2": 0.99, "tau": 0.001, **SHARED}
     assert rules.check_options("fedadam", None, 4) == want
     assert rules.check_options("fedyogi", {}, 4) == want
 

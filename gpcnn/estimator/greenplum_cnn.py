@@ -31,7 +31,7 @@ from gpcnn.fit.validation import (
     check_model_fits,
     validation_source,
 )
-from gpcnn.kernel import wire
+from gpcnn.kernel import layout, wire
 from gpcnn.kernel.keras_setup import compiled_model
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions, SegmentOptions
 
@@ -295,7 +295,12 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
         options = self._segment_options(db, info, input_shape)
         model_json, manifest = model.to_json(), wire.manifest(model)
         rule = rules.make_rule(
-            self.merge, wire.trainable_mask(manifest), info.segments, **(self.merge_options or {})
+            self.merge,
+            wire.trainable_mask(manifest),
+            info.segments,
+            statistics=layout.moving_statistics(manifest),
+            optimizer=options.compile.optimizer,
+            **(self.merge_options or {}),
         )
         slices = plan_slices(db, info, self.merges_per_epoch, self.local_epochs)
         warm = (self.warm_start if warm is None else warm) and hasattr(self, "model_")

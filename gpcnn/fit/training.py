@@ -151,7 +151,7 @@ class Training:
         params["options"] = self.options.for_iteration(
             iteration=iteration, optimizer_sent=sent_optimizer, **rate
         )
-        merged_in_db = not (self.rule.per_segment or self.policy == "local")
+        merged_in_db = not (self.rule.needs_segments or self.policy == "local")
         overlapped = self._next_start_if_stored(iteration) is None
         # The checkpoint that is the average alone is written as the average arrives.
         streamed = (
@@ -191,7 +191,14 @@ class Training:
                 streamed.abort()
             raise
         counts = dict(zip(self.info.keys, part.expected, strict=True))
-        self.rule.update(average, segments, counts, **extras)
+        steps = dict(
+            zip(
+                self.info.keys,
+                part.batches(self.options.batch_size, self.local_epochs),
+                strict=True,
+            )
+        )
+        self.rule.merge(average, segments, counts, steps, **extras)
         model = self.rule.model()
         vectors = self._checkpoint_vectors(model)
         # Stored now when the next start or the validation reads it; else with its row, later.

@@ -57,3 +57,40 @@ def model_layout(weights: int, extras: Iterable[str] = ()) -> Layout:
     sent, or kept), then the model-sized ``extras`` in their order: those the local steps read
     from a start, or give back in a trained vector (``local_steps``' ``sends``, ``returns``)."""
     return Layout(((WEIGHTS, weights), (OPTIMIZER, None), *((name, weights) for name in extras)))
+
+
+MOVING_MEAN = "moving_mean"
+MOVING_VARIANCE = "moving_variance"
+
+
+def moving_statistics(entries: Iterable[Mapping]) -> tuple[np.ndarray, np.ndarray]:
+    """The flat positions, in the weights, of every BatchNormalization layer's moving mean and,
+    at the same index, of its moving variance: from a manifest (``wire.manifest``: one entry per
+    weight, named by its path), where Keras names a BatchNormalization layer's statistics
+    ``<layer>/moving_mean`` and ``<layer>/moving_variance``. Empty for a model without them."""
+    offsets: dict[str, dict[str, tuple[int, int]]] = {}
+    offset = 0
+    for entry in entries:
+        size = int(np.prod(entry["shape"], dtype=np.int64))
+        layer, _, name = str(entry["name"]).rpartition("/")
+        if name in (MOVING_MEAN, MOVING_VARIANCE):
+            offsets.setdefault(layer, {})[name] = (offset, size)
+        offset += size
+    means, variances = [], []
+    for layer, pair in offsets.items():
+        if (
+            set(pair) != {MOVING_MEAN, MOVING_VARIANCE}
+            or pair[MOVING_MEAN][1] != pair[MOVING_VARIANCE][1]
+        ):
+            raise ValueError(
+                f"layer {layer!r}: a moving mean and a moving variance of one size expected, "
+                f"found {sorted(pair)} of sizes {[size for _, size in pair.values()]}"
+            )
+        (mean, size), (variance, _) = pair[MOVING_MEAN], pair[MOVING_VARIANCE]
+        means.append(np.arange(mean, mean + size))
+        variances.append(np.arange(variance, variance + size))
+    empty = np.zeros(0, np.int64)
+    return (
+        np.concatenate(means) if means else empty,
+        np.concatenate(variances) if variances else empty,
+    )

@@ -11,6 +11,9 @@ synchronous data parallelism with ``tf.distribute.MirroredStrategy`` on K logica
 the database: the successor of Keras's ``multi_gpu_model``). ``--iterations N`` counts iterations at
 one merge per epoch; a run with M merges per epoch runs N·M iterations, a schedule (``8/8/1``:
 post-local SGD) the sum of its epochs' counts, so all runs see N epochs.
+
+``converge_on_table`` runs the same study on a table of the user's own images and a model from the
+model library (``own_data``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from gpcnn.fit import runs
 from gpcnn.fit.rules import RULES as MERGE_RULES
 from gpcnn.fit.rules import check_options
 from gpcnn.kernel import keras_setup, segment, wire
-from gpcnn.study import report
+from gpcnn.study import own_data, report
 from gpcnn.study.specs import RunSpec, merges_in
 
 # The study's references around the registry's rules: one worker, K workers that never merge,
@@ -62,8 +65,10 @@ def plan(
     unknown = set(rules) - set(RULES)
     if unknown:
         raise ValueError(f"unknown rules {sorted(unknown)}: choose from {', '.join(RULES)}")
-    if common.get("model", "small-cnn") not in MODELS:
+    if common.get("model", "small-cnn") not in MODELS and not common.get("library_model"):
         raise ValueError(f"model {common['model']!r}: choose one of {', '.join(MODELS)}")
+    if common.get("from_table") and any(skew is not None for skew in skews):
+        raise ValueError("a table of the user's images is dealt IID: run it without a skew")
     if common.get("optimizer", "sgd") not in OPTIMIZERS:
         raise ValueError(f"optimizer {common['optimizer']!r}: one of {', '.join(OPTIMIZERS)}")
     for skew in skews:
@@ -193,16 +198,21 @@ def run_one(
     path=None,
     data_cache: dict | None = None,
     progress: bool = True,
+    source: own_data.SourceTable | None = None,
 ) -> list[dict]:
-    """One run's history; reused when finished, resumed when stored part-way in the database."""
+    """One run's history; reused when finished, resumed when stored part-way in the database.
+    ``source``: the user's table of images, for a spec ``from_table``."""
     done = out / "runs" / f"{spec.name}.json"
     if done.exists():
         return json.loads(done.read_text())["history"]
     done.parent.mkdir(parents=True, exist_ok=True)
-    train, test = _tables(db, spec, path, {} if data_cache is None else data_cache)
+    if spec.from_table:
+        train, test = own_data.packed_copies(db, source, spec)
+    else:
+        train, test = _tables(db, spec, path, {} if data_cache is None else data_cache)
     info = describe(db, train)
     keras_setup.keras_module().utils.set_random_seed(spec.seed)
-    model = MODELS[spec.model](info.image_shape, info.num_classes)
+    model = own_data.model_for(db, spec.model, info.image_shape, info.num_classes)
     if spec.merge == "sync":
         history = _in_fresh_process(
             _run_sync,
@@ -323,9 +333,11 @@ def run_study(
     path=None,
     progress: bool = True,
     target: float | None = None,
+    source: own_data.SourceTable | None = None,
 ) -> list[dict]:
     """Run (or reuse) every spec, then write history.csv, the figures and report.md over all the
-    finished runs in ``out`` (with epochs to ``target`` validation accuracy, if given)."""
+    finished runs in ``out`` (with epochs to ``target`` validation accuracy, if given).
+    ``source``: the user's table of images, for specs ``from_table``."""
     from tqdm.auto import tqdm
 
     out = Path(out)
@@ -333,8 +345,47 @@ def run_study(
     bar = tqdm(specs, desc="study", unit="run", disable=not progress)
     for spec in bar:
         bar.set_postfix_str(spec.name)
-        run_one(db, spec, out, path=path, data_cache=cache, progress=progress)
+        run_one(db, spec, out, path=path, data_cache=cache, progress=progress, source=source)
     return write_outputs(out, target)
+
+
+def converge_on_table(
+    db: Database,
+    source: own_data.SourceTable,
+    model: str,
+    segments: Sequence[int],
+    rules: Sequence[str],
+    merges_per_epoch: Sequence[int | Sequence[int]],
+    epochs: int,
+    out: str | Path,
+    *,
+    keep_tables: bool = False,
+    progress: bool = True,
+    target: float | None = None,
+    **options,
+) -> list[dict]:
+    """The study (``plan``'s settings: ``options`` are its keyword arguments; no skew) on
+    the user's table of images ``source``, packed IID for each K and seed, with ``model``: one of
+    the study's models or a name in the model library. Everything is checked before any work
+    (``own_data.check_source``); the packed copies are dropped at the end, finished or not,
+    unless ``keep_tables`` (a resumed study reuses them). The rows of history.csv."""
+    specs = plan(
+        source.table,
+        segments,
+        rules,
+        merges_per_epoch,
+        epochs,
+        model=model,
+        from_table=True,
+        library_model=own_data.is_library_model(model),
+        **options,
+    )
+    own_data.check_source(db, source, model)
+    try:
+        return run_study(db, specs, out, progress=progress, target=target, source=source)
+    finally:
+        if not keep_tables:
+            own_data.drop_copies(db, source, specs)
 
 
 def write_outputs(out: str | Path, target: float | None = None) -> list[dict]:

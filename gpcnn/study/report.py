@@ -50,6 +50,8 @@ TEXT_COLUMNS = (
     "early_merges",
 )
 
+BOOL_COLUMNS = ("shuffle", "scale_lr", "from_table", "library_model")
+
 
 def collect(out: str | Path, rules: Sequence[str]) -> list[dict]:
     """History rows of every finished run in ``out`` (a study may be run in parts), ordered by
@@ -106,7 +108,7 @@ def read_csv(path: Path) -> list[dict]:
     def value(key: str, text: str):
         if key in TEXT_COLUMNS:
             return text
-        if key in ("shuffle", "scale_lr"):
+        if key in BOOL_COLUMNS:
             return text == "True"
         return float(text) if text != "" else None
 

@@ -12,8 +12,10 @@ def merges_in(schedule: Sequence[int], epochs: int) -> int:
     return sum(schedule[min(e, len(schedule) - 1)] for e in range(epochs))
 
 
-def _text(value: float | bool) -> str:
-    return str(value).lower() if isinstance(value, bool) else f"{value:g}"
+def _text(value: float | bool | str) -> str:
+    if isinstance(value, bool | str):
+        return str(value).lower()
+    return f"{value:g}"
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,9 @@ class RunSpec:
     ``scale_lr`` multiplies the learning rate by K (the linear scaling rule);
     ``merge_options`` are the rule's options given (the rest are the rule's defaults), as sorted
     (name, value) pairs; ``early_merges`` are the merges per epoch of the first epochs before
-    ``merges_per_epoch`` takes over (post-local SGD: ``(8, 8)`` then 1)."""
+    ``merges_per_epoch`` takes over (post-local SGD: ``(8, 8)`` then 1). ``from_table``: the
+    dataset is a table of images in the database, packed for each run (``own_data``);
+    ``library_model``: the model is a name in the model library."""
 
     dataset: str
     merge: str
@@ -38,8 +42,10 @@ class RunSpec:
     optimizer_state: str = "reset"
     skew: float | None = None
     scale_lr: bool = False
-    merge_options: tuple[tuple[str, float | bool], ...] = ()
+    merge_options: tuple[tuple[str, float | bool | str], ...] = ()
     early_merges: tuple[int, ...] = ()
+    from_table: bool = False
+    library_model: bool = False
 
     def __post_init__(self) -> None:
         # A spec read back from its JSON has lists where it was made with tuples.

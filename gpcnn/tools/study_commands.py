@@ -14,8 +14,23 @@ from gpcnn.study.experiments import RULES
 from gpcnn.tools.commands import connect_from
 
 
+def _plan_options(args: argparse.Namespace) -> dict:
+    """``plan``'s settings from the study's arguments (the skews aside)."""
+    return dict(
+        learning_rate=args.learning_rate,
+        batch_size=args.batch_size,
+        seeds=args.seeds,
+        optimizer_states=args.optimizer_state,
+        merge_options=_option_sets(getattr(args, "merge_option", None) or []),
+        optimizer=args.optimizer,
+        shuffle=args.shuffle,
+        scale_lr=args.scale_lr,
+    )
+
+
 def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epochs) -> int:
     from gpcnn.study.experiments import plan, run_study
+    from gpcnn.study.own_data import is_library_model
 
     db = connect_from(args)
     specs = plan(
@@ -24,19 +39,49 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
         rules,
         merges,
         epochs,
-        learning_rate=args.learning_rate,
-        batch_size=args.batch_size,
-        seeds=args.seeds,
         skews=args.skew,
-        optimizer_states=args.optimizer_state,
-        merge_options=_option_sets(getattr(args, "merge_option", None) or []),
         model=args.model,
-        optimizer=args.optimizer,
-        shuffle=args.shuffle,
-        scale_lr=args.scale_lr,
+        library_model=is_library_model(args.model),
+        **_plan_options(args),
     )
     print(f"convergence study: {len(specs)} runs into {args.out}/")
     run_study(db, specs, args.out, path=getattr(args, "path", None), target=args.target)
+    return _outputs(args)
+
+
+def _on_table(args: argparse.Namespace) -> int:
+    """``converge --table``: the study on the user's table of images and model."""
+    from gpcnn.study.experiments import converge_on_table
+    from gpcnn.study.own_data import SourceTable
+
+    source = SourceTable(
+        args.table,
+        x_column=args.x_column,
+        y_column=args.y_column,
+        id_column=args.id_column,
+        normalized=args.normalized,
+        class_values=tuple(args.class_values) if args.class_values else None,
+        validation_table=args.validation_table,
+    )
+    print(f"convergence study of {args.table} with model {args.model} into {args.out}/")
+    converge_on_table(
+        connect_from(args),
+        source,
+        args.model,
+        args.segments,
+        args.merge,
+        args.merges_per_epoch,
+        args.iterations,
+        args.out,
+        keep_tables=args.keep_tables,
+        target=args.target,
+        skews=args.skew,
+        **_plan_options(args),
+    )
+    return _outputs(args)
+
+
+def _outputs(args: argparse.Namespace) -> int:
     out = Path(args.out).resolve()
     print(f"history: {out / 'history.csv'}\nreport:  {out / 'report.md'}")
     print("figures:\n" + "\n".join(f"  {p}" for p in sorted(out.glob("*.png"))))
@@ -44,6 +89,8 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
 
 
 def cmd_converge(args: argparse.Namespace) -> int:
+    if args.table is not None:
+        return _on_table(args)
     return _study(
         args,
         args.dataset,
@@ -114,13 +161,20 @@ def _schedules(text: str) -> list[int | list[int]]:
     return [schedule[0] if len(schedule) == 1 else schedule for schedule in found]
 
 
-def _merge_option(text: str) -> tuple[str, list[float | bool]]:
-    """NAME=VALUE[,VALUE...]: a rule's option and the values to run it at (true/false, or
-    numbers)."""
+def _merge_option(text: str) -> tuple[str, list[float | bool | str]]:
+    """NAME=VALUE[,VALUE...]: a rule's option and the values to run it at (true/false, numbers,
+    or words such as batchnorm_statistics=pooled)."""
 
-    def value(word: str) -> float | bool:
+    def value(word: str) -> float | bool | str:
         lowered = word.strip().lower()
-        return lowered == "true" if lowered in ("true", "false") else float(word)
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        try:
+            return float(word)
+        except ValueError:
+            if not lowered.isidentifier():
+                raise
+            return lowered
 
     name, sep, values = text.partition("=")
     try:
@@ -134,7 +188,7 @@ def _merge_option(text: str) -> tuple[str, list[float | bool]]:
     return name.strip(), parsed
 
 
-def _option_sets(given: list[tuple[str, list[float | bool]]]) -> list[dict]:
+def _option_sets(given: list[tuple[str, list[float | bool | str]]]) -> list[dict]:
     """Every combination of the options' values (one empty set without options)."""
     names = [name for name, _ in given]
     products = itertools.product(*(values for _, values in given))
@@ -164,12 +218,11 @@ def _choices(allowed):
     return parse
 
 
-
 def add_parsers(sub, with_database) -> None:
     """The study commands' parsers, added to the subcommands ``sub``; ``with_database`` adds the
     options that name the database."""
 
-    def with_study(p: argparse.ArgumentParser, out: str, iterations: int):
+    def with_study(p: argparse.ArgumentParser, out: str, iterations: int, stored: bool = False):
         with_database(p)
         p.add_argument("--out", default=out, help="folder for history.csv, figures, report.md")
         p.add_argument(
@@ -178,7 +231,15 @@ def add_parsers(sub, with_database) -> None:
             default=iterations,
             help="iterations at one merge per epoch (= epochs of data per run)",
         )
-        p.add_argument("--model", default="small-cnn", choices=list(MODELS))
+        if stored:
+            p.add_argument(
+                "--model",
+                default="small-cnn",
+                help=f"one of the study's models ({', '.join(MODELS)}) or a name in the model "
+                "library (gpcnn.store_model)",
+            )
+        else:
+            p.add_argument("--model", default="small-cnn", choices=list(MODELS))
         p.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZERS))
         p.add_argument(
             "--optimizer-state",
@@ -209,9 +270,37 @@ def add_parsers(sub, with_database) -> None:
         return p
 
     converge = with_study(
-        sub.add_parser("converge", help="run a convergence study"), "study-out", 20
+        sub.add_parser("converge", help="run a convergence study"), "study-out", 20, stored=True
     )
-    converge.add_argument("--dataset", required=True, choices=DATASET_NAMES)
+    data = converge.add_mutually_exclusive_group(required=True)
+    data.add_argument("--dataset", choices=DATASET_NAMES)
+    data.add_argument(
+        "--table",
+        metavar="SCHEMA.TABLE",
+        help="a table of your images, one row per image (pack_table's columns below), packed "
+        "IID for each K",
+    )
+    converge.add_argument("--x-column", default="x", help="--table's pixels column")
+    converge.add_argument("--y-column", default="y", help="--table's labels column")
+    converge.add_argument("--id-column", default="id", help="--table's image ids column")
+    converge.add_argument(
+        "--normalized", action="store_true", help="--table's pixels are in 0..1, not 0..255"
+    )
+    converge.add_argument(
+        "--class-values",
+        type=lambda text: [v.strip() for v in text.split(",")],
+        help="--table's labels in class order, comma-separated (default: sorted)",
+    )
+    converge.add_argument(
+        "--validation-table",
+        metavar="SCHEMA.TABLE",
+        help="--table's held-out rows, same columns (default: validate on the rows trained on)",
+    )
+    converge.add_argument(
+        "--keep-tables",
+        action="store_true",
+        help="keep --table's packed copies (default: dropped when the study ends)",
+    )
     converge.add_argument("--path", help="file or folder of the dataset (default per dataset)")
     converge.add_argument(
         "--segments", type=_int_list, default="1,2,4,8", help="K values, comma-separated"

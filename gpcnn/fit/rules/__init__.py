@@ -9,9 +9,10 @@ and are never shipped into the database.
 One module per rule, each registered by name (``register_rule``) in ``RULES``, the one list that
 the estimator, the study, its plots and the command line take theirs from:
 ``average`` (MADlib), ``bmuf``, ``easgd``, ``none``, ``fedprox``, ``scaffold``, ``fedadam``,
-``fedyogi``. Momentum-like rules act on trainable weights only; non-trainable weights (BatchNorm
-moving mean and variance) take the plain weighted average, so a variance can never be pushed
-negative.
+``fedyogi``, ``fednova``. Momentum-like rules act on trainable weights only; non-trainable weights
+(BatchNorm moving mean and variance) take the plain weighted average, so a variance can never be
+pushed negative; or, with every rule's ``batchnorm_statistics="pooled"``, the moving variance
+is the union's (``pooling``).
 
 A rule declares its options (its dataclass fields, their defaults and ranges), its stored state
 (``state_layout``) and what it adds to every local step in the database: the kernel's
@@ -42,6 +43,7 @@ from gpcnn.fit.rules.fedprox import FedProx  # isort: skip
 from gpcnn.fit.rules.scaffold import Scaffold  # isort: skip
 from gpcnn.fit.rules.fedadam import FedAdam  # isort: skip
 from gpcnn.fit.rules.fedyogi import FedYogi  # isort: skip
+from gpcnn.fit.rules.fednova import FedNova  # isort: skip
 
 __all__ = [
     "RULES",
@@ -49,6 +51,7 @@ __all__ = [
     "BlockMomentum",
     "ElasticAveraging",
     "FedAdam",
+    "FedNova",
     "FedProx",
     "FedYogi",
     "MergeRule",

@@ -1,9 +1,10 @@
 """``average``: MADlib's rule, w <- sum(n_k w_k) / sum(n_k), the weighted average of ALL weights
-(BatchNorm's moving statistics too), streamed inside the database."""
+(BatchNorm's moving statistics too, unless ``batchnorm_statistics="pooled"``), streamed inside
+the database."""
 
 from __future__ import annotations
 
-from gpcnn.fit.rules.base import MergeRule
+from gpcnn.fit.rules.base import POOLED, MergeRule
 from gpcnn.fit.rules.registry import register_rule
 from gpcnn.kernel.averaging import Vector
 
@@ -13,4 +14,5 @@ class Average(MergeRule):
     """MADlib: the next model is the weighted average."""
 
     def average_buffer(self) -> Vector | None:
-        return self.center
+        # Pooled statistics make the next model differ from the average at the variances.
+        return None if self.batchnorm_statistics == POOLED else self.center

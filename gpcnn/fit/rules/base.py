@@ -1,5 +1,6 @@
 """The merge rule's interface (``MergeRule``), the base of the rules that keep a model per segment
-(``SegmentModels``), and the option ranges that several rules share."""
+(``SegmentModels``), and the option ranges that several rules share (``SHARED_RANGES``: the
+options every rule takes, such as ``batchnorm_statistics``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from gpcnn.fit.rules import pooling
 from gpcnn.kernel import local_steps
 from gpcnn.kernel.averaging import Vector
 
@@ -23,11 +25,20 @@ class Range:
     refusal adds about the value given (``detail``)."""
 
     allowed: str
-    test: Callable[[float], bool]
+    test: Callable[[Any], bool]  # a float, or a str for an option whose default is one
     detail: Callable[[Any], str] = _no_detail
 
 
 SERVER_LR = Range("> 0 (the server's step on avg - w_sent)", lambda x: x > 0)
+AVERAGED, POOLED = "averaged", "pooled"
+# The options of every rule (``MergeRule``'s own fields), with their ranges.
+SHARED_RANGES = {
+    "batchnorm_statistics": Range(
+        f'"{AVERAGED}" (each moving statistic the image-weighted mean) or "{POOLED}" (the moving '
+        "variance counts the spread between the segments' means too: the union's variance)",
+        lambda x: x in (AVERAGED, POOLED),
+    )
+}
 
 
 @dataclass
@@ -44,19 +55,37 @@ class MergeRule:
     What it adds to every local step in the database are the kernel's hooks
     (``gpcnn.kernel.local_steps``), named with their parameters by ``in_database``; the extras
     they read from each segment's start come from ``start_extras``, those they give back reach
-    ``update`` by name."""
+    ``update`` by name.
+
+    Every rule takes ``batchnorm_statistics``: "averaged" (MADlib's, the default) merges each
+    BatchNorm layer's moving mean and variance as every other weight, the image-weighted mean;
+    "pooled" merges the variance as the union's, sum p_k (var_k + mu_k^2) - mubar^2, which
+    needs each segment's model back (``needs_segments``) and the positions of the statistics
+    (``statistics``, from ``gpcnn.kernel.layout.moving_statistics``). The fit calls ``merge``,
+    which pools them, records the optimizer steps each segment took (``steps``) and calls
+    ``update``."""
 
     per_segment: ClassVar[bool] = False  # needs each segment's model back, not only the average
     validates_segments: ClassVar[bool] = False  # the validation evaluates each segment's model too
     state_layout: ClassVar[str | None] = None  # what ``state()`` holds, in words (run summaries)
     words: ClassVar[str] = ""  # the rule in a figure's legend (``register_rule``)
     trainable: Vector  # bool mask over the flat vector
+    batchnorm_statistics: str = AVERAGED
     center: Vector | None = field(default=None, init=False)
+    # Positions of the BatchNorm moving means and, index by index, their variances (make_rule).
+    statistics: tuple[np.ndarray, np.ndarray] = field(
+        default=(np.zeros(0, np.int64), np.zeros(0, np.int64)), init=False
+    )
+    optimizer: Mapping | None = field(default=None, init=False)  # Keras's serialization
+    steps: dict[int, int] = field(default_factory=dict, init=False)  # of the merge under way
 
     @classmethod
     def option_defaults(cls, segments: int) -> dict[str, Any]:
-        """Each option's default for K = ``segments``."""
-        return {f.name: f.default for f in fields(cls) if f.init and f.name != "trainable"}
+        """Each option's default for K = ``segments``: the rule's own, then those every rule
+        takes (``SHARED_RANGES``)."""
+        options = {f.name: f.default for f in fields(cls) if f.init and f.name != "trainable"}
+        shared = {name: options.pop(name) for name in SHARED_RANGES}
+        return {**options, **shared}
 
     @classmethod
     def option_ranges(cls, segments: int) -> dict[str, Range]:
@@ -72,6 +101,27 @@ class MergeRule:
     def start_extras(self, key: int) -> dict[str, Vector]:
         """The extras (``local_steps``' ``sends``, by name) that end segment ``key``'s start."""
         return {}
+
+    @property
+    def needs_segments(self) -> bool:
+        """Whether ``update`` needs each segment's trained model, not only the average."""
+        return self.per_segment or self.batchnorm_statistics == POOLED
+
+    def merge(
+        self,
+        average: Vector,
+        segments: Mapping[int, Vector] | None,
+        counts: Mapping[int, int],
+        steps: Mapping[int, int],
+        **extras: Mapping[int, Vector],
+    ) -> None:
+        """One iteration's merge, as the fit calls it: ``update`` on the ``average`` whose
+        BatchNorm variances are pooled when asked, with ``steps`` (each segment's optimizer
+        steps in this iteration: its mini-batches times the local epochs) kept in ``steps``."""
+        self.steps = {int(k): int(n) for k, n in steps.items()}
+        if self.batchnorm_statistics == POOLED:
+            average = pooling.pooled(average, segments, counts, *self.statistics)
+        self.update(average, segments, counts, **extras)
 
     def update(
         self,

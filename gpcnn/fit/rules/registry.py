@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from gpcnn.fit.rules.base import MergeRule, Range
+from gpcnn.fit.rules.base import POOLED, SHARED_RANGES, MergeRule, Range
 from gpcnn.kernel import local_steps
 from gpcnn.kernel.averaging import Vector
 
@@ -56,10 +56,14 @@ def _show(value: object) -> str:
 
 def _checked(
     where: str, option: str, value: object, default: object, range_: Range
-) -> float | bool:
-    """One option as a Python bool or float (numpy scalars come in from arrays), or the error.
-    A bool is no number here: eta=True is a mistake, not 1."""
+) -> float | bool | str:
+    """One option as a Python bool, float (numpy scalars come in from arrays) or str (an option
+    whose default is one), or the error. A bool is no number here: eta=True is a mistake, not 1."""
     head = f"{where}: {option}={_show(value)}"
+    if isinstance(default, str):
+        if not isinstance(value, str) or not range_.test(value):
+            raise ValueError(f"{head} is not a choice: {option} must be {range_.allowed}")
+        return str(value)
     if isinstance(default, bool):
         if not isinstance(value, bool | np.bool_):
             raise ValueError(f"{head} is not a bool: {option} must be True or False")
@@ -88,7 +92,7 @@ def check_options(name: str, options: Mapping | None, segments: int) -> dict:
         raise ValueError(f"{where}: choose one of {', '.join(RULES)}")
     rule = RULES[name]
     defaults = rule.option_defaults(segments)
-    ranges = rule.option_ranges(segments)
+    ranges = {**SHARED_RANGES, **rule.option_ranges(segments)}
     given = dict(options or {})
     unknown = [option for option in given if option not in defaults]
     if unknown:
@@ -104,12 +108,31 @@ def check_options(name: str, options: Mapping | None, segments: int) -> dict:
     }
 
 
-def make_rule(name: str, trainable: Vector, segments: int, **options) -> MergeRule:
-    """A rule by name with its options (bmuf: eta, zeta, nesterov; easgd: alpha, default 0.9/K;
-    fedprox: mu; scaffold: server_lr; fedadam, fedyogi: server_lr, beta1, beta2, tau), checked
-    by ``check_options``."""
+def make_rule(
+    name: str,
+    trainable: Vector,
+    segments: int,
+    *,
+    statistics: tuple[np.ndarray, np.ndarray] | None = None,
+    optimizer: Mapping | None = None,
+    **options,
+) -> MergeRule:
+    """A rule by name with its options (every rule: batchnorm_statistics; bmuf: eta, zeta,
+    nesterov; easgd: alpha, default 0.9/K; fedprox: mu; scaffold, fednova: server_lr; fedadam,
+    fedyogi: server_lr, beta1, beta2, tau), checked by ``check_options``. ``statistics``: the
+    positions of the model's BatchNorm moving means and variances
+    (``gpcnn.kernel.layout.moving_statistics``), needed when they are pooled; ``optimizer``: what
+    the segments train with, as Keras serializes it (FedNova reads its momentum)."""
     options = check_options(name, options, segments)
     rule = RULES[name](trainable=np.asarray(trainable, bool), **options)
+    if statistics is not None:
+        rule.statistics = tuple(np.asarray(s, np.int64) for s in statistics)
+    if rule.batchnorm_statistics == POOLED and not rule.statistics[0].size:
+        raise ValueError(
+            f'merge="{name}": batchnorm_statistics="{POOLED}", but the model has no '
+            "BatchNormalization moving statistics to pool"
+        )
+    rule.optimizer = None if optimizer is None else dict(optimizer)
     steps = rule.in_database()
     if not rule.per_segment and (local_steps.sends(steps) or local_steps.returns(steps)):
         raise TypeError(
