@@ -105,7 +105,8 @@ echo "== compose service on 127.0.0.1:$GPCNN_DOCKER_PORT"
 container=$("${COMPOSE[@]}" ps -q postgres)
 health=starting
 for _ in $(seq 180); do
-    health=$(docker inspect -f '{{.State.Health.Status}}' "$container")
+    # An engine under load can fail to answer for a just-created container: ask again.
+    health=$(docker inspect --type container -f '{{.State.Health.Status}}' "$container" || echo unknown)
     [ "$health" = healthy ] && break
     sleep 1
 done
