@@ -35,6 +35,9 @@ PROJECT=gpcnncheck
 DOCKER=${DOCKER:-docker}
 docker() { command "$DOCKER" "$@"; }  # every docker command below uses $DOCKER
 PY=.venv/bin/python
+# One check at a time on a machine: two would share the compose project and its network.
+exec 9>/tmp/gpcnn-docker-check.lock
+flock -n 9 || { echo "docker-check: another check is running (/tmp/gpcnn-docker-check.lock)" >&2; exit 1; }
 
 if docker compose version >/dev/null 2>&1; then
     COMPOSE=(docker compose -p "$PROJECT")
