@@ -2,29 +2,29 @@
 # The convergence study of docs/convergence.md (issue 15): the BatchNorm CNN on Fashion-MNIST
 # 60k/10k, shuffled buffers, 15 epochs at one merge per epoch. One part per invocation:
 #
-#   bash bench/study.sh sweep   # learning rates for one worker, per optimizer (run first)
-#   bash bench/study.sh a       # with merge vs without: single, none, average, bmuf (K = 4, 8)
-#   bash bench/study.sh b       # the optimizer's state: momentum/Adam x reset/local/average, K = 4
+#   bash study/study.sh sweep   # learning rates for one worker, per optimizer (run first)
+#   bash study/study.sh a       # with merge vs without: single, none, average, bmuf (K = 4, 8)
+#   bash study/study.sh b       # the optimizer's state: momentum/Adam x reset/local/average, K = 4
 #                               # (and one worker per optimizer)
-#   bash bench/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
-#   bash bench/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
-#   bash bench/study.sh e       # sync with and without lr x K, K = 4
-#   bash bench/study.sh f       # K = 8, IID (issue 24): bmuf at 1 (part a's), 2 and 4 merges per
+#   bash study/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
+#   bash study/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
+#   bash study/study.sh e       # sync with and without lr x K, K = 4
+#   bash study/study.sh f       # K = 8, IID (issue 24): bmuf at 1 (part a's), 2 and 4 merges per
 #                               # epoch, post-local SGD (average at 8/8/1), fedadam, then fedprox,
 #                               # scaffold, fedyogi; seed 0 of all first
-#   bash bench/study.sh f ARGS  # the best of them at K = 4, e.g. f --merge bmuf --merges-per-epoch 4
-#   bash bench/study.sh g       # label skew alpha 0.1, K = 4: average, bmuf (part c's), scaffold,
+#   bash study/study.sh f ARGS  # the best of them at K = 4, e.g. f --merge bmuf --merges-per-epoch 4
+#   bash study/study.sh g       # label skew alpha 0.1, K = 4: average, bmuf (part c's), scaffold,
 #                               # fedprox (mu 0.01, 0.1), fedadam; gn-cnn (GroupNorm) with one
 #                               # worker and average; seed 0 of all first
-#   bash bench/study.sh g ARGS  # gn-cnn with the best of them, e.g. g --merge scaffold
-#   bash bench/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
+#   bash study/study.sh g ARGS  # gn-cnn with the best of them, e.g. g --merge scaffold
+#   bash study/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
 #                               # 32, 64) by the model hopper and one after another with average
 #                               # and bmuf, K = 4 (docs/merge.md, "The model hopper")
 #
 # Every part is resumable: rerun it and finished runs are reused, a half-done run continues from
 # its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
 # figures). Parts a-e take their learning rates from the sweep's committed results
-# (bench/study_lr.py); f and g run the rules with their default options (docs/merge.md) unless
+# (study/study_lr.py); f and g run the rules with their default options (docs/merge.md) unless
 # given (--merge-option), and g's gn-cnn takes bn-cnn's learning rate. STUDY_SEEDS (default
 # "0 1") limits f's and g's loops to some seeds, e.g. STUDY_SEEDS=0 for a first pass over both
 # parts. STUDY_NICE (default 0) lowers the priority of the client and, when this
@@ -33,7 +33,7 @@
 # its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: bench/study.sh sweep|a|b|c|d|e|f|g|h}
+part=${1:?usage: study/study.sh sweep|a|b|c|d|e|f|g|h}
 py=(nice -n "${STUDY_NICE:-0}" .venv/bin/python)
 gpcnn=("${py[@]}" -m gpcnn.tools.cli)
 schema=(--schema gpcnn_study)  # a schema of its own: nothing else upgrades its functions
@@ -42,7 +42,7 @@ out=docs/img/study
 "${gpcnn[@]}" install "${schema[@]}" >/dev/null  # this checkout's in-database code
 
 fashion=(--dataset fashion-mnist --model bn-cnn --shuffle --iterations 15 "${schema[@]}")
-lr() { "${py[@]}" bench/study_lr.py "$out/sweep" "$1"; }
+lr() { "${py[@]}" study/study_lr.py "$out/sweep" "$1"; }
 # Part a's runs of settings that part $1 shares with it (seeds 0, 1), copied into it: the same
 # specs, so the part reuses them instead of training them again (a rerun is bit-identical:
 # docs/convergence.md, part b). $2...: the settings.
@@ -68,7 +68,7 @@ sweep)
     "${gpcnn[@]}" converge "${fashion[@]}" --iterations 4 --segments 1 --merge single \
       --optimizer adam --learning-rate $rate --out "$out/sweep/adam-lr$rate"
   done
-  "${py[@]}" bench/study_lr.py "$out/sweep"
+  "${py[@]}" study/study_lr.py "$out/sweep"
   ;;
 a)
   momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)

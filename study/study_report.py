@@ -1,11 +1,11 @@
 """The study's tables for docs/convergence.md (issue 15), from each part's committed history.csv.
 
-    .venv/bin/python bench/study_report.py docs/img/study/a --target 0.9
+    .venv/bin/python study/study_report.py docs/img/study/a --target 0.9
 
 Prints the part's report (``gpcnn.study.report``): validation accuracy and loss per setting as mean ± sd
 over seeds at epochs 1, 5, 10, 15, each setting's gap to one worker with its verdict (real only
 beyond twice the standard error of the difference of the means), epochs to the target, and the
-segments of label-skewed settings; with ``--seconds`` (``bench/study_seconds.py``'s medians) the
+segments of label-skewed settings; with ``--seconds`` (``study/study_seconds.py``'s medians) the
 time to the target too. The numbers come from ``history.csv``, not from the run files,
 so what the docs quote is what is committed; ``--figures`` redraws the part's figures too.
 """
@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("part", type=Path, help="a study part's folder, e.g. docs/img/study/a")
     parser.add_argument("--target", type=float, default=None)
     parser.add_argument(
-        "--seconds", type=Path, help="bench/study_seconds.py's result: adds the time to target"
+        "--seconds", type=Path, help="study/study_seconds.py's result: adds the time to target"
     )
     parser.add_argument("--figures", action="store_true")
     args = parser.parse_args()

@@ -1,7 +1,7 @@
 """Seconds per epoch of every setting of the study's parts, from one interleaved run (issue 15).
 
-    .venv/bin/python bench/study_seconds.py docs/img/study/a [PART ...] --rounds 3 \
-        [--settings NAME,...] --out bench/results/study-seconds.json
+    .venv/bin/python study/study_seconds.py docs/img/study/a [PART ...] --rounds 3 \
+        [--settings NAME,...] --out docs/img/study/seconds-PART.json
 
 docs/convergence.md gives the time to a target accuracy as a setting's epochs to the target (from
 the part's committed runs) times its median seconds per epoch from here, so that the rules' times
@@ -160,7 +160,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2, help="per fit; the last one is timed")
     parser.add_argument("--settings", help="comma-separated setting names (default: all)")
     parser.add_argument("--schema", default="gpcnn")
-    parser.add_argument("--out", type=Path, default=Path("bench/study-seconds.json"))
+    parser.add_argument("--out", type=Path, default=Path("docs/img/study/seconds.json"))
     args = parser.parse_args()
     if args.epochs < 2:
         parser.error("--epochs: at least 2 (the first includes the model's first trace)")

@@ -1,6 +1,6 @@
 """The tables of docs/convergence.md, computed from a study's committed history.csv.
 
-    .venv/bin/python bench/study_tables.py docs/img/fashion-mnist/history.csv --target 0.87
+    .venv/bin/python study/study_tables.py docs/img/fashion-mnist/history.csv --target 0.87
 
 One table per number of merges per epoch; per run: validation accuracy after epochs 1, 5, 10, 20,
 validation loss at the last epoch, the first epoch at which validation accuracy reached the target,
