@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -16,19 +17,19 @@ ROUND_LINE = re.compile(r"round \d+ ([\d.]+)M K=(\d+): ([\d.]+) s, fixed ([\d.]+
 
 
 def checkout(rev: str, where: Path) -> Path:
-    """A detached worktree of ``rev`` at ``where``, sharing this checkout's Python environment;
-    one left by an earlier run is moved to ``rev`` (it may hold another commit)."""
+    """A detached worktree of ``rev`` at ``where`` (a fresh path), sharing this checkout's
+    Python environment."""
     rev = subprocess.run(  # HEAD and branch names as this checkout means them
         ["git", "-C", str(ROOT), "rev-parse", "--verify", f"{rev}^{{commit}}"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
-    if where.exists():
-        command = ["git", "-C", str(where), "checkout", "--detach", "--quiet", rev]
-    else:
-        command = ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), rev]
-    subprocess.run(command, check=True, capture_output=True)
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(where), rev],
+        check=True,
+        capture_output=True,
+    )
     venv = where / ".venv"
     if not venv.exists():
         venv.symlink_to((ROOT / ".venv").resolve())
@@ -96,11 +97,15 @@ def compare(baseline: str, candidate: str | None, rounds: int, sizes, segments) 
     """``rounds`` rounds, the order turning each round (A B, B A, ...); the median fixed cost of
     each side per configuration and the ratio candidate / baseline, as a Markdown table."""
     sizes, segments = [f"{float(s):g}" for s in sizes], [str(int(k)) for k in segments]
-    base = Path(tempfile.gettempdir()) / "gpcnn-ab"
-    after = ROOT if candidate is None else checkout(candidate, base / "candidate")
+    # a folder of this run's own: another A/B on the machine keeps its trees and clusters
+    base = Path(tempfile.mkdtemp(prefix="gpcnn-ab-"))
+    base.chmod(0o755)  # the embedded server's OS user reads the homes below it
+    trees = [checkout(baseline, base / "baseline")]
+    if candidate is not None:
+        trees.append(checkout(candidate, base / "candidate"))
     sides = {
-        "baseline": (checkout(baseline, base / "baseline"), base / "baseline-home"),
-        "candidate": (after, base / "candidate-home"),
+        "baseline": (trees[0], base / "baseline-home"),
+        "candidate": (trees[-1] if candidate else ROOT, base / "candidate-home"),
     }
     fixed: dict[tuple[str, float, int], list[float]] = defaultdict(list)
     try:
@@ -117,6 +122,10 @@ def compare(baseline: str, candidate: str | None, rounds: int, sizes, segments) 
     finally:
         for tree, home in sides.values():
             stop_server(tree, home)
+        for tree in trees:  # this run's own checkouts and clusters, nothing else
+            remove = ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)]
+            subprocess.run(remove, check=False)
+        shutil.rmtree(base, ignore_errors=True)
     lines = [
         f"A/B of the fixed cost: baseline {baseline}, candidate {candidate or 'this tree'}",
         "| weights | K | baseline: fixed s (median, min–max) | candidate | candidate / baseline |",
