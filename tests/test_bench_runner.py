@@ -124,6 +124,13 @@ def test_a_result_file_records_where_when_and_with_what_it_ran(tmp_path):
     assert saved["data"]["seconds"]["batch 32, metrics none"][epoch.K1] == [10.5, 11.0, 12.0]
 
 
+def test_the_recorded_command_quotes_a_set_so_that_a_shell_reads_it_back():
+    line = runner.command("epoch", True, ['metrics=["accuracy"]'], True, False)
+    assert line == (
+        ".venv/bin/python bench/run.py epoch --quick --set 'metrics=[\"accuracy\"]' --database URL"
+    )
+
+
 def test_the_epoch_targets_are_ratios_of_the_medians_within_the_run():
     targets = {t["target"]: t for t in example_result()["targets"]}
     k1 = targets["batch 32, metrics none: K = 1 ≤ 1.05× `fit` with 2 threads"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ def parameters(benchmark: Benchmark, quick: bool, sets: dict[str, Any]) -> dict[
 def command(name: str, quick: bool, sets: list[str], database: bool, greenplum: bool) -> str:
     """The command line that reruns a benchmark (URLs left out: they may hold passwords)."""
     words = [".venv/bin/python bench/run.py", name, *(["--quick"] if quick else [])]
-    words += [f"--set {s}" for s in sets]
+    words += [f"--set {shlex.quote(s)}" for s in sets]  # as a shell reads it back
     words += ["--database URL"] if database else []
     words += ["--greenplum URL"] if greenplum else []
     return " ".join(words)
