@@ -4,7 +4,7 @@
         [--database URL] [--greenplum URL] [--notes TEXT] [--no-save]
     .venv/bin/python bench/run.py --report
     .venv/bin/python bench/run.py fixed_cost --baseline COMMIT [--candidate COMMIT]
-        [--set rounds=5] [--set sizes=[1,25]] [--set segments=[2]]
+        [--set rounds=5] [--set 'sizes=[1,25]'] [--set 'segments=[2]']
 
 docs/benchmarks.md's introduction says what each option does.
 """

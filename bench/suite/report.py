@@ -23,7 +23,7 @@ investigations that led to today's code.
 ```
 .venv/bin/python bench/run.py                      # every benchmark, then docs/benchmarks.md
 .venv/bin/python bench/run.py fixed_cost --quick   # one, briefly: does it work
-.venv/bin/python bench/run.py fixed_cost --set sizes=[1,25] --set rounds=7
+.venv/bin/python bench/run.py fixed_cost --set 'sizes=[1,25]' --set rounds=7
 .venv/bin/python bench/run.py greenplum --greenplum postgresql://gpadmin@host:5432/db
 .venv/bin/python bench/run.py fixed_cost --baseline main     # A/B: main against this tree
 .venv/bin/python bench/run.py --report             # docs/benchmarks.md from the result files
