@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from gpcnn import models
+from gpcnn.engines.identifiers import TableError
 from gpcnn.fit import runs, training
 from gpcnn.study import experiments, plots, report
 from gpcnn.tools import cli, study_commands
@@ -127,7 +128,7 @@ def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, db, schema):
         run_id = conn.execute(
             sa.text(
                 f"SELECT max(run_id) FROM {schema}.runs WHERE table_name LIKE '{schema}_images.%%' "
-                f"AND params LIKE '%%\"merge\": \"average\"%%'"
+                f'AND params LIKE \'%%"merge": "average"%%\''
             )
         ).scalar()
         conn.execute(
@@ -447,3 +448,41 @@ def test_a_study_of_rule_options_and_a_merge_schedule_end_to_end(db, schema, tmp
     params = runs.show_run(db, newest)["params"]
     assert params["merge_options"] == {"mu": 0.1} and params["merges_per_epoch"] == [2, 1]
     assert "| mnist-sample-fedprox-k2-m2-1-mu0.1 | 1 |" in (tmp_path / "report.md").read_text()
+
+
+def test_plan_runs_each_shared_sample_and_refuses_a_bad_fraction_before_any_work():
+    specs = experiments.plan(
+        "d", [1, 4], ["single", "average"], [1], 3, skews=[0.1], shared_samples=[None, 0.05]
+    )
+    names = {s.name for s in specs}
+    assert names == {
+        "d-single-k1-m1",
+        "d-average-k4-m1-skew0.1",
+        "d-average-k4-m1-skew0.1-shared0.05",
+    }
+    with pytest.raises(TableError, match=r"0 < p <= 0\.5"):
+        experiments.plan("d", [4], ["average"], [1], 1, shared_samples=[0.7])
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["converge", "--dataset", "d", "--shared-sample", "2"])
+
+
+@pytest.mark.slow
+def test_a_study_with_a_shared_sample_trains_every_segment_on_its_rows_and_the_sample(
+    db, schema, tmp_path
+):
+    if db.dispatch:
+        pytest.skip("the study's bookkeeping is the same in both dispatch modes")
+    url = db.url.render_as_string(hide_password=False)
+    argv = ["converge", "--dataset", "mnist-sample", "--segments", "2", "--merge", "average",
+            "--skew", "0.5", "--shared-sample", "none,0.05", "--iterations", "1",
+            "--out", str(tmp_path), "--database", url, "--schema", schema]  # fmt: skip
+    assert cli.main(argv) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "mnist-sample-average-k2-m1-skew0.5-shared0.05" in text
+    from gpcnn.data.tables import describe
+
+    base = describe(db, f"{schema}_images.mnist_sample_k2_skew0_5_train")
+    shared = describe(db, f"{schema}_images.mnist_sample_k2_skew0_5_sh0_05")
+    assert shared.shared_images == 200  # 5 % of 4,000, on each of the 2 segments
+    own = [n - shared.shared_images for n in shared.images_per_segment]
+    assert own == list(base.images_per_segment)

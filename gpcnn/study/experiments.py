@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from gpcnn.data import by_name
+from gpcnn.data.dealing import check_shared_sample
+from gpcnn.data.redealing import add_shared_sample
 from gpcnn.data.tables import TableError, describe, load_images, read_images
 from gpcnn.engines import Database
 from gpcnn.estimator import GreenplumCNN
@@ -53,6 +55,7 @@ def plan(
     *,
     seeds: Sequence[int] = (0,),
     skews: Sequence[float | None] = (None,),
+    shared_samples: Sequence[float | None] = (None,),
     optimizer_states: Sequence[str] = ("reset",),
     merge_options: Sequence[Mapping[str, float | bool]] = ({},),
     **common,
@@ -60,7 +63,8 @@ def plan(
     """Every combination, per seed: ``single`` once per merge frequency (it has one worker, so
     no skew, no optimizer-state policy and no rule options), the other rules for each K > 1
     (with one segment they all are ``single``), each skew, optimizer-state policy and set of
-    rule options (each checked against every rule but ``single`` before any work). A merge
+    rule options (each checked against every rule but ``single`` before any work), and each shared
+    sample (a fraction of the table every segment trains on too; None: none). A merge
     frequency is a count or a schedule of counts per epoch, the last repeating."""
     unknown = set(rules) - set(RULES)
     if unknown:
@@ -74,6 +78,10 @@ def plan(
     for skew in skews:
         if skew is not None and not skew > 0:
             raise ValueError(f"skew {skew}: a Dirichlet alpha > 0 (or iid)")
+    for fraction in (f for f in shared_samples if f is not None):
+        check_shared_sample(fraction)
+    if common.get("from_table") and any(f is not None for f in shared_samples):
+        raise ValueError("a shared sample is for the study's own tables: run --table without it")
     schedules = [_schedule(m) for m in merges_per_epoch]
     if "sync" in rules and any(len(s) > 1 for s in schedules):
         raise ValueError("sync runs a fixed count of merges per epoch: run it without a schedule")
@@ -96,8 +104,9 @@ def plan(
                     specs.append(RunSpec(dataset, rule, 1, seed=seed, **frequency, **common))
                     continue
                 for k in (k for k in segments if k > 1):
-                    for skew, state, options in itertools.product(
+                    for skew, shared, state, options in itertools.product(
                         skews,
+                        shared_samples if rule != "sync" else (None,),
                         optimizer_states if rule != "sync" else ("reset",),
                         merge_options,
                     ):
@@ -108,6 +117,7 @@ def plan(
                                 k,
                                 seed=seed,
                                 skew=skew,
+                                shared_sample=shared,
                                 optimizer_state=state,
                                 merge_options=tuple(dict(options).items()),
                                 **frequency,
@@ -161,6 +171,7 @@ def _tables(db: Database, spec: RunSpec, path, data_cache: dict) -> tuple[str, s
     source = f"{spec.dataset} seed={spec.seed} (study)"
     if spec.skew is not None:
         source += f" label-skew alpha={spec.skew:g}"
+    loaded = False
     for table, k, split in ((train, spec.segments, "train"), (test, 2, "test")):
         try:
             info = describe(db, table)
@@ -168,6 +179,7 @@ def _tables(db: Database, spec: RunSpec, path, data_cache: dict) -> tuple[str, s
                 continue
         except TableError:
             pass
+        loaded = loaded or split == "train"
         if spec.dataset not in data_cache:
             data_cache[spec.dataset] = by_name.load_by_name(spec.dataset, path)[0]
         d = data_cache[spec.dataset]
@@ -187,7 +199,17 @@ def _tables(db: Database, spec: RunSpec, path, data_cache: dict) -> tuple[str, s
             progress=False,
             source=source,
         )
-    return train, test
+    if spec.shared_sample is None:
+        return train, test
+    # "_sh<p>", not "_shared<p>_train": table names stay within gpcnn's 39 bytes
+    shared = train.removesuffix("_train") + f"_sh{spec.shared_sample:g}".replace(".", "_")
+    try:
+        fresh = not loaded and describe(db, shared).shared_images > 0
+    except TableError:
+        fresh = False
+    if not fresh:  # made from this train table, with the run's seed
+        add_shared_sample(db, train, shared, spec.shared_sample, seed=spec.seed, replace=True)
+    return shared, test
 
 
 def run_one(

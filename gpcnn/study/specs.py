@@ -24,7 +24,9 @@ class RunSpec:
     ``scale_lr`` multiplies the learning rate by K (the linear scaling rule);
     ``merge_options`` are the rule's options given (the rest are the rule's defaults), as sorted
     (name, value) pairs; ``early_merges`` are the merges per epoch of the first epochs before
-    ``merges_per_epoch`` takes over (post-local SGD: ``(8, 8)`` then 1). ``from_table``: the
+    ``merges_per_epoch`` takes over (post-local SGD: ``(8, 8)`` then 1). ``shared_sample``: every
+    segment also trains on that fraction of the table, the same images on each
+    (``add_shared_sample``). ``from_table``: the
     dataset is a table of images in the database, packed for each run (``own_data``);
     ``library_model``: the model is a name in the model library."""
 
@@ -46,6 +48,7 @@ class RunSpec:
     early_merges: tuple[int, ...] = ()
     from_table: bool = False
     library_model: bool = False
+    shared_sample: float | None = None
 
     def __post_init__(self) -> None:
         # A spec read back from its JSON has lists where it was made with tuples.
@@ -74,6 +77,7 @@ class RunSpec:
             self.optimizer if self.optimizer != "sgd" else "",
             f"os-{self.optimizer_state}" if self.optimizer_state != "reset" else "",
             f"skew{self.skew:g}" if self.skew is not None else "",
+            f"shared{self.shared_sample:g}" if self.shared_sample is not None else "",
             "lrxk" if self.scale_lr else "",
             self.options_text,
         ]

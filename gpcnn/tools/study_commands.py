@@ -40,6 +40,7 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
         merges,
         epochs,
         skews=args.skew,
+        shared_samples=getattr(args, "shared_sample", [None]),
         model=args.model,
         library_model=is_library_model(args.model),
         **_plan_options(args),
@@ -51,6 +52,8 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
 
 def _on_table(args: argparse.Namespace) -> int:
     """``converge --table``: the study on the user's table of images and model."""
+    if args.shared_sample != [None]:
+        raise ValueError("--shared-sample is for the study's own tables: run --table without it")
     from gpcnn.study.experiments import converge_on_table
     from gpcnn.study.own_data import SourceTable
 
@@ -207,6 +210,18 @@ def _skews(text: str) -> list[float | None]:
     return values
 
 
+def _fractions(text: str) -> list[float | None]:
+    values: list[float | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        try:
+            values.append(None if part == "none" else float(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: none or a fraction 0 < p <= 0.5") from None
+        if values[-1] is not None and not 0 < values[-1] <= 0.5:
+            raise argparse.ArgumentTypeError(f"{part!r}: a fraction 0 < p <= 0.5")
+    return values
+
+
 def _choices(allowed):
     def parse(text: str) -> list[str]:
         values = [v.strip() for v in text.split(",") if v.strip()]
@@ -271,6 +286,13 @@ def add_parsers(sub, with_database) -> None:
 
     converge = with_study(
         sub.add_parser("converge", help="run a convergence study"), "study-out", 20, stored=True
+    )
+    converge.add_argument(
+        "--shared-sample",
+        type=_fractions,
+        default=[None],
+        help="a fraction of the table every segment also trains on (the same images on each), "
+        "comma-separated: none or 0 < p <= 0.5, e.g. none,0.01,0.05",
     )
     data = converge.add_mutually_exclusive_group(required=True)
     data.add_argument("--dataset", choices=DATASET_NAMES)
