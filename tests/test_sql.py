@@ -225,4 +225,4 @@ def test_transfers_name_their_owner_and_age_on_every_engine():
         transfers = next(s for s in ddl if s.startswith("CREATE UNLOGGED TABLE gpcnn.transfers"))
         assert "owner TEXT DEFAULT '' NOT NULL" in transfers
         assert "created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL" in transfers
-    assert migrations.SHAPE_VERSION == len(migrations.MIGRATIONS) + 1 == 7
+    assert migrations.SHAPE_VERSION == len(migrations.MIGRATIONS) + 1 == 8

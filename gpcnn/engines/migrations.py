@@ -17,8 +17,9 @@ import sqlalchemy as sa
 from gpcnn.engines.base import Backend
 from gpcnn.engines.compiler import text_safe
 from gpcnn.engines.transfers import EVERY_KEY
+from gpcnn.engines.views import create_views_ddl, drop_views_ddl
 
-SHAPE_VERSION = 7
+SHAPE_VERSION = 8
 
 
 class ShapeError(RuntimeError):
@@ -181,12 +182,12 @@ def found_version(conn: sa.Connection, backend: Backend) -> int:
 
 
 def create_ddl(backend: Backend) -> list[str]:
-    """CREATE TABLE for every table, with the engine's distribution clause."""
+    """CREATE TABLE for every table, with the engine's distribution clause; then the views."""
     return [
         statement
         for table in tables(backend.schema).all()
         for statement in table_ddl(backend, table)
-    ]
+    ] + create_views_ddl(backend)
 
 
 def table_ddl(backend: Backend, table: sa.Table) -> list[str]:
@@ -360,6 +361,13 @@ def _migrate_6_to_7(conn: sa.Connection, backend: Backend) -> None:
     _create_missing(conn, backend)
 
 
+def _migrate_7_to_8(conn: sa.Connection, backend: Backend) -> None:
+    """The diagnostics' views over ``run_iterations`` are new (``engines/views.py``)."""
+    _create_missing(conn, backend)
+    for statement in create_views_ddl(backend):
+        conn.exec_driver_sql(statement)
+
+
 # MIGRATIONS[i] takes shape i + 1 to shape i + 2.
 MIGRATIONS = (
     _migrate_1_to_2,
@@ -368,6 +376,7 @@ MIGRATIONS = (
     _migrate_4_to_5,
     _migrate_5_to_6,
     _migrate_6_to_7,
+    _migrate_7_to_8,
 )
 
 
@@ -394,7 +403,7 @@ def schema_is_empty(conn: sa.Connection, schema: str) -> bool:
 
 
 def drop_ddl(backend: Backend) -> list[str]:
-    return [
+    return drop_views_ddl(backend) + [
         f"DROP TABLE IF EXISTS {qualified(backend, x.name)}"
         for x in reversed(tables(backend.schema).all())
     ]
