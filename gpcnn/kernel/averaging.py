@@ -38,11 +38,12 @@ def squared_distance(a: Vector, b: Vector, total: float = 0.0) -> float:
     """``total + ||a - b||^2`` of two float32 vectors of one size, added in float64 block by
     block of ``BLOCK_VALUES`` (the float32 differences are exact in float64). The additions'
     order is fixed by the blocks: a vector measured chunk by chunk (``total`` carried on, each
-    chunk cut into the same blocks) sums in the same order wherever it is measured."""
+    chunk cut into the same blocks) sums in the same order wherever it is measured. ``einsum``,
+    not ``dot``: BLAS's threads made ``dot`` 10-20x slower on a busy 2-core host."""
     if a.size != b.size:
         raise ValueError(f"cannot compare vectors of {a.size} and {b.size} values")
     for start in range(0, a.size, BLOCK_VALUES):
-        stop = start + BLOCK_VALUES
-        difference = np.asarray(a[start:stop], np.float64) - np.asarray(b[start:stop], np.float64)
-        total += float(np.dot(difference, difference))
+        difference = a[start : start + BLOCK_VALUES].astype(np.float64)
+        difference -= b[start : start + BLOCK_VALUES]
+        total += float(np.einsum("i,i->", difference, difference))
     return total
