@@ -18,7 +18,7 @@ from gpcnn.engines.results import SegmentReport, merged_step2
 from gpcnn.engines.streaming import StreamingAverage
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
-from gpcnn.fit.diagnostics import Diagnostics, cancellation_bound
+from gpcnn.fit.diagnostics import Diagnostics, cancellation_bound, flat_row
 from gpcnn.kernel import averaging, segment, wire
 from gpcnn.tools.commands import _run_text
 
@@ -226,3 +226,24 @@ def test_the_merged_step_sums_alike_streamed_here_or_merged_in_the_database(chun
     assert streamed.merged_step2 == pytest.approx(
         float(np.sum((streamed.vector[:30].astype(np.float64) - start) ** 2)), rel=TIGHT
     )
+
+
+def test_the_diagnostics_figure_plots_the_drift_ratio_and_each_segments_loss():
+    """From history rows as a fit stores them (``per_segment``) or flat, as the study's CSV has
+    them: one drift-ratio curve per setting, one loss line per segment."""
+    from gpcnn.study.plots import diagnostics_figure
+
+    def row(epoch, ratio):
+        segments = [{"key": k, "shard": k, "images": 10, "loss": epoch + k, "step": 0.1}
+                    for k in (0, 1)]  # fmt: skip
+        return {"iteration": epoch, "epoch": float(epoch), "drift_ratio": ratio,
+                "per_segment": segments}  # fmt: skip
+
+    nested = [row(1, 0.5), row(2, 0.25)]
+    fig = diagnostics_figure({"a": [nested], "b": [[flat_row(r) for r in nested]]})
+    drift, losses = fig.axes
+    assert [list(line.get_ydata()) for line in drift.lines] == [[0.5, 0.25], [0.5, 0.25]]
+    assert sorted(line.get_gid() for line in losses.lines) == [
+        "a/loss_segment_0", "a/loss_segment_1", "b/loss_segment_0", "b/loss_segment_1",
+    ]  # fmt: skip
+    assert list(losses.lines[1].get_ydata()) == [2.0, 3.0]
