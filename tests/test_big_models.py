@@ -23,6 +23,7 @@ from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.copying import BinaryRows, chunk_rows
 from gpcnn.engines.streaming import AVERAGE_LEAD_CHUNKS, StreamingAverage
 from gpcnn.fit import runs
+from gpcnn.fit.diagnostics import flat_row
 from gpcnn.fit.storage import Retention
 from gpcnn.kernel import segment, wire
 from gpcnn.tools import embedded
@@ -133,10 +134,10 @@ def test_one_statement_merges_in_the_client_or_in_the_database_to_the_same_bits(
     here, there = (wire.flatten(fits[p].model_.get_weights()) for p in ("client", "database"))
     np.testing.assert_array_equal(here, there)
     untimed = [
-        [{k: v for k, v in row.items() if "seconds" not in k} for row in fits[p].history_]
+        [{k: v for k, v in flat_row(row).items() if "seconds" not in k} for row in fits[p].history_]
         for p in ("client", "database")
     ]
-    assert untimed[0] == untimed[1]
+    assert untimed[0] == untimed[1]  # the diagnostics too: spread and steps, bit for bit
     np.testing.assert_allclose(here, reference(model, shards(db, TEST_SCHEMA, name), 2), atol=1e-6)
     with db.connect() as conn:
         stored = Catalog(conn, db.backend).checkpoint(fits["client"].run_id_, 2)

@@ -36,4 +36,5 @@ def test_the_notebook_runs_top_to_bottom_on_tiny_data(db, schema, tmp_path):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "average: run" in text and "bmuf: run" in text
     assert "best validation accuracy after 2 iterations" in text
+    assert "average: drift ratio" in text and "bmuf: drift ratio" in text  # the diagnostics
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the figure, inline

@@ -56,6 +56,11 @@ def test_the_command_line_lists_runs_with_those_columns_and_shows_the_history(
     summary, columns, *rows = capsys.readouterr().out.splitlines()
     assert summary.startswith(f"run {fitted.run_id_}: finished, {DATA}.train, merge=average")
     assert columns.split() == ["iteration", "epoch", "loss", "accuracy", "val_loss",
-                               "val_accuracy", "seconds"]  # fmt: skip
+                               "val_accuracy", "seconds", "drift_ratio"]  # fmt: skip
+    diagnostics = [r for r in rows if r.split()[0] in ("spread", "segment")]
+    rows = [r for r in rows if r not in diagnostics]
     assert [int(r.split()[0]) for r in rows] == [1, 2, 3]
     assert f"{fitted.history_[1]['val_loss']:.4f}" in rows[1]
+    assert f"{fitted.history_[1]['drift_ratio']:.4f}" in rows[1]
+    segments = len(fitted.history_[0]["per_segment"])
+    assert len(diagnostics) == 3 * (1 + segments)  # each iteration's spread, then its segments

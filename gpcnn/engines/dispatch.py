@@ -93,6 +93,7 @@ class Dispatch:
         merged: bool,
         into: np.ndarray | None = None,
         on_chunk=None,
+        reference: np.ndarray | None = None,
     ) -> Trained:
         """One iteration's training from ``starts`` (key -> start vector, or ``EVERY_KEY``; or a
         ``StoredStart``): the image-weighted average of the trained vectors with the merged
@@ -101,7 +102,8 @@ class Dispatch:
         merged here, chunk by chunk, the same way, into ``into`` when given and of the average's
         size (a vector whose values are no longer needed: the caller's model, already sent),
         telling ``on_chunk`` each chunk of the average as it is whole (``StreamingAverage``;
-        never called when the database merges)."""
+        never called when the database merges). A merge is measured against ``reference``, the
+        start's weights, when given (``Trained.merged_step2``)."""
         backend = self.backend
         stored = isinstance(starts, StoredStart)
         params = with_shards(params, keys)
@@ -111,10 +113,10 @@ class Dispatch:
             size = starts.size if stored else next(iter(starts.values())).size
             if merged and len(groups) == 1 and backend.merges_in_database(len(keys), size):
                 sql = backend.training_sql(table_sql, "merge", stored)
-                return merged_in_database(backend, sessions, sql, params, groups[0])
+                return merged_in_database(backend, sessions, sql, params, groups[0], reference)
             sql = backend.training_sql(table_sql, None, stored)
             if merged:
-                return merged_here(self, sessions, sql, params, keys, into, on_chunk)
+                return merged_here(self, sessions, sql, params, keys, into, on_chunk, reference)
             return per_key(self, sessions, sql, params, keys)
 
     def evaluate(
@@ -181,14 +183,19 @@ class OneStatement(Dispatch):
 
 
 def merged_in_database(
-    backend: Backend, sessions: SegmentSessions, sql: str, params: dict, group: list[int]
+    backend: Backend,
+    sessions: SegmentSessions,
+    sql: str,
+    params: dict,
+    group: list[int],
+    reference: np.ndarray | None = None,
 ) -> Trained:
     """One statement that merges the trained vectors chunk by chunk on the segments: the merged
-    state and the average come back."""
+    state (each segment's report in it) and the average come back."""
     rows = sessions.one(
         backend.copy_out_sql(sql), {**params, "group": group}, partial(BinaryRows, MERGED_ROW)
     )
-    return merged_result(rows)
+    return merged_result(rows, reference)
 
 
 def merged_here(
@@ -199,12 +206,13 @@ def merged_here(
     keys: Sequence[int],
     into: np.ndarray | None = None,
     on_chunk=None,
+    reference: np.ndarray | None = None,
 ) -> Trained:
     """Each key's trained vector streamed back and averaged here chunk by chunk as it arrives
     (``StreamingAverage``), paced when each stream carries one key."""
     paced = all(len(group) == 1 for group in dispatch.groups(keys, len(sessions)))
     chunk_values = dispatch.backend.chunk_values
-    average = StreamingAverage(params["keys"], chunk_values, paced, into, on_chunk)
+    average = StreamingAverage(params["keys"], chunk_values, paced, into, on_chunk, reference)
     sink = partial(BinaryRows, KEY_ROW, on_row=average.add, on_end=average.end_stream)
     try:
         dispatch.run(sessions, dispatch.backend.copy_out_sql(sql), params, keys, sink)

@@ -18,6 +18,7 @@ from gpcnn.engines.base import Backend
 from gpcnn.engines.compiler import text_safe
 from gpcnn.engines.label_skew import skew_index
 from gpcnn.engines.transfers import EVERY_KEY
+from gpcnn.engines.views import create_views_ddl, drop_views_ddl
 
 SHAPE_VERSION = 9
 
@@ -188,12 +189,12 @@ def found_version(conn: sa.Connection, backend: Backend) -> int:
 
 
 def create_ddl(backend: Backend) -> list[str]:
-    """CREATE TABLE for every table, with the engine's distribution clause."""
+    """CREATE TABLE for every table, with the engine's distribution clause; then the views."""
     return [
         statement
         for table in tables(backend.schema).all()
         for statement in table_ddl(backend, table)
-    ]
+    ] + create_views_ddl(backend)
 
 
 def table_ddl(backend: Backend, table: sa.Table) -> list[str]:
@@ -369,8 +370,10 @@ def _migrate_6_to_7(conn: sa.Connection, backend: Backend) -> None:
 
 
 def _migrate_7_to_8(conn: sa.Connection, backend: Backend) -> None:
-    """Shape 8 is another change's (issue 47, diagnostics): on this branch, tables only."""
+    """The diagnostics' views over ``run_iterations`` are new (``engines/views.py``)."""
     _create_missing(conn, backend)
+    for statement in create_views_ddl(backend):
+        conn.exec_driver_sql(statement)
 
 
 def _migrate_8_to_9(conn: sa.Connection, backend: Backend) -> None:
@@ -435,7 +438,7 @@ def schema_is_empty(conn: sa.Connection, schema: str) -> bool:
 
 
 def drop_ddl(backend: Backend) -> list[str]:
-    return [
+    return drop_views_ddl(backend) + [
         f"DROP TABLE IF EXISTS {qualified(backend, x.name)}"
         for x in reversed(tables(backend.schema).all())
     ]

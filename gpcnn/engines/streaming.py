@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpcnn.engines.results import Trained
+from gpcnn.engines.results import Trained, segment_reports
 from gpcnn.kernel import averaging, segment
 
 AVERAGE_NICENESS = 10  # the averaging thread: behind the segments (0), ahead of nice-19 jobs
 AVERAGE_LEAD_CHUNKS = 2  # how far one stream may run ahead of the slowest before it waits
 AVERAGE_QUEUE_CHUNKS = 1  # complete chunks waiting for the averaging thread before streams wait
-AVERAGE_BLOCK_VALUES = 1 << 18  # averaged at a time: the float64 temporaries stay small
+AVERAGE_BLOCK_VALUES = averaging.BLOCK_VALUES  # averaged (and measured) at a time
 
 
 class StreamingAverage:
@@ -38,7 +38,9 @@ class StreamingAverage:
     ``into``: a vector to write the average into, when it has the average's size. ``on_chunk``:
     told each chunk of the average once it is whole (its index and a view of it), in order 0, 1,
     ... (a chunk is whole once every key sent it, and every key sends them in order), from the
-    averaging thread: a checkpoint written while the streams still arrive."""
+    averaging thread: a checkpoint written while the streams still arrive. ``reference``: the
+    start (its first values, the weights) the merged step is measured against, block by block
+    as the average is written (before ``into`` is overwritten, which may be that start)."""
 
     def __init__(
         self,
@@ -47,12 +49,15 @@ class StreamingAverage:
         paced: bool = True,
         into: np.ndarray | None = None,
         on_chunk=None,
+        reference: np.ndarray | None = None,
     ) -> None:
         self.keys = [int(k) for k in keys]
         self.chunk_values = chunk_values
         self.paced = paced
         self._into = into
         self._on_chunk = on_chunk
+        self._reference = reference
+        self._step2 = 0.0  # ||average - reference||^2 so far, in the averaging order
         self._progress = threading.Condition()
         self._received = dict.fromkeys(self.keys, 0)  # chunks received per key
         self._aborted = False
@@ -118,12 +123,21 @@ class StreamingAverage:
                 for start in range(0, parts[0].size, AVERAGE_BLOCK_VALUES):
                     block = [part[start : start + AVERAGE_BLOCK_VALUES] for part in parts]
                     average = averaging.weighted_average(block, counts)
+                    self._measure(offset + start, average)
                     self.vector[offset + start : offset + start + average.size] = average
                     self._averaged += average.size
                 if self._on_chunk is not None:
                     self._on_chunk(chunk, self.vector[offset : offset + parts[0].size])
             except BaseException as e:  # reported by result()
                 self._error = e
+
+    def _measure(self, offset: int, average: np.ndarray) -> None:
+        """Add the block's part of the merged step, where it overlaps the reference."""
+        if self._reference is None or offset >= self._reference.size:
+            return
+        stop = min(offset + average.size, self._reference.size)
+        reference = self._reference[offset:stop]
+        self._step2 = averaging.squared_distance(average[: stop - offset], reference, self._step2)
 
     def close(self) -> None:
         """Average what is complete and stop the worker (after the streams, whatever happened)."""
@@ -145,4 +159,8 @@ class StreamingAverage:
         state = None
         for key in self.keys:
             state = segment.add_states(state, self._states[key])
-        return Trained(segment.final_metrics(segment.decode_state(state)), self.vector, None)
+        merged = segment.decode_state(state)
+        step2 = None if self._reference is None else self._step2
+        return Trained(
+            segment.final_metrics(merged), self.vector, None, segment_reports(merged), step2
+        )

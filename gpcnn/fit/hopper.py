@@ -34,6 +34,7 @@ from gpcnn.data.tables import ImageTable
 from gpcnn.engines import Database
 from gpcnn.engines.catalog import Catalog
 from gpcnn.fit import runs
+from gpcnn.fit.diagnostics import Diagnostics
 from gpcnn.fit.errors import TrainingError, database_call
 from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.storage import DEFAULT_RETENTION
@@ -175,17 +176,20 @@ def _visit(db, info, part, index: int, member: Member, sessions, visit: int) -> 
     member.weights = np.array(vector[:count], np.float32)
     member.optimizer = np.array(vector[count:], np.float32) if vector.size > count else None
     member.batches += sum(math.ceil(n / member.options.batch_size) for n in part.sizes[index])
-    return dict(metrics)
+    return {**metrics, "reports": result.segments}
 
 
 def _finish_epoch(db, member: Member, visits, sessions, epoch: int, started: float) -> None:
     """The epoch's row (image-weighted train metrics over its hops, validation) and checkpoint,
-    in one transaction; then the retention rule's delete."""
+    in one transaction; then the retention rule's delete. Its diagnostics are each hop's
+    segment report (no merge: no spread)."""
+    reports = [report for v in visits for report in v.pop("reports")]
     images = sum(v["images"] for v in visits)
     row = {"iteration": epoch, "epoch": float(epoch), "images": int(images)}
     for name in visits[0]:
         if name != "images":
             row[name] = float(sum(v[name] * v["images"] for v in visits) / images)
+    row.update(Diagnostics(tuple(reports)).row())
     values = member.validation.evaluate(sessions, member.weights, None, epoch)
     row.update({f"val_{k}": v for k, v in (values or {}).items() if k != "images"})
     row["seconds"] = time.perf_counter() - started

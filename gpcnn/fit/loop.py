@@ -20,6 +20,7 @@ from gpcnn.engines import Database
 from gpcnn.engines.install import ensure_installed
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.fit import rules, runs
+from gpcnn.fit.diagnostics import flat_row
 from gpcnn.fit.errors import TrainingError, database_call
 from gpcnn.fit.schedule import Slice
 from gpcnn.fit.training import Training
@@ -245,10 +246,11 @@ def _batch_hooks(keras, callback) -> list[str]:
 
 def _logs(row: dict) -> dict:
     """The iteration's numbers, as Keras callbacks read logs (the epoch is their argument:
-    ``epoch`` and ``iteration`` would collide with ModelCheckpoint's ``{epoch}``)."""
+    ``epoch`` and ``iteration`` would collide with ModelCheckpoint's ``{epoch}``); each segment's
+    diagnostics flat, as ``<name>_segment_<key>`` (``diagnostics.flat_row``)."""
     return {
         k: v
-        for k, v in row.items()
+        for k, v in flat_row(row).items()
         if k not in ("epoch", "iteration")
         and isinstance(v, int | float)
         and not isinstance(v, bool)

@@ -24,6 +24,7 @@ from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.transfers import EVERY_KEY, StoredStart
 from gpcnn.fit import rules
+from gpcnn.fit.diagnostics import Diagnostics
 from gpcnn.fit.errors import TrainingError, database_call
 from gpcnn.fit.schedule import Schedule
 from gpcnn.fit.storage import DEFAULT_RETENTION, CheckpointStream, IterationStore, Retention
@@ -152,6 +153,8 @@ class Training:
             iteration=iteration, optimizer_sent=sent_optimizer, **rate
         )
         merged_in_db = not (self.rule.needs_segments or self.policy == "local")
+        # The merge's step is measured against the start's weights (``Diagnostics``).
+        reference = self.rule.sent(self.info.keys) if merged_in_db else None
         overlapped = self._next_start_if_stored(iteration) is None
         # The checkpoint that is the average alone is written as the average arrives.
         streamed = (
@@ -173,9 +176,11 @@ class Training:
                 if merged_in_db and self.storage.model_unread()
                 else None,
                 None if streamed is None else streamed.add,
+                reference,
             )
             db_seconds = time.perf_counter() - started
             metrics, average, segments, extras = self._decode(result, merged_in_db)
+            diagnostics = self._diagnostics(result, starts, segments, average)
             if metrics["images"] != sum(part.expected):
                 raise TrainingError(
                     f"iteration {iteration}: the segments trained on {metrics['images']} images, "
@@ -215,6 +220,7 @@ class Training:
             **{k: float(v) for k, v in metrics.items()},
             **self._validation(model, stored, segments, iteration),
             "db_seconds": db_seconds,
+            **diagnostics.row(),
         }
         row["seconds"] = time.perf_counter() - started
         self._store(row, vectors if overlapped else None)
@@ -251,6 +257,14 @@ class Training:
                 [p[OPTIMIZER] for _, p in decoded.values()], counts
             )
         return metrics, average, segments, extras
+
+    def _diagnostics(self, result, starts, segments: dict | None, average) -> Diagnostics:
+        """The iteration's ``Diagnostics``: from each segment's vectors when they came back, else
+        from the segments' steps and the merge's."""
+        if segments is None:
+            return Diagnostics.from_steps(result.segments, result.merged_step2)
+        start_weights = {k: self.start_layout.split(v)[WEIGHTS] for k, v in starts.items()}
+        return Diagnostics.from_vectors(result.segments, start_weights, segments, average)
 
     def _validation(
         self, model: np.ndarray, stored: StoredStart | None, segments: dict | None, iteration: int

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import time
 from collections import OrderedDict
 from typing import Any
 
@@ -36,6 +37,7 @@ import numpy as np
 
 from . import wire
 from .arrays import array_values, first_out_of_range, image_bytes, little_endian, pixel_bytes
+from .averaging import squared_distance
 from .errors import SegmentError, on_segment
 from .keras_setup import compiled, keras_module, rebuilt
 from .layout import OPTIMIZER, WEIGHTS, model_layout
@@ -46,10 +48,12 @@ from .protocol import SegmentOptions
 from .states import (
     STATE_MAGIC,
     add_states,
+    begun,
     decode_result,
     decode_state,
     encode_state,
     final_metrics,
+    finished,
     hooks,
     new_state,
     outbox,
@@ -177,11 +181,14 @@ def train_transition(
     buffer the start is loaded (the weights, then the optimizer state if
     ``options.iteration.optimizer_sent``, else a fresh optimizer), the random state fixed; on the last
     (the image count reaches ``expected``) the trained vector (weights, then optimizer variables
-    unless the policy is "reset") goes to the outbox for ``state_chunks``."""
+    unless the policy is "reset") goes to the outbox for ``state_chunks``, and the state records
+    the step's squared length against the start's weights (``states.finished``). Every row adds
+    its seconds to the state's ``seconds``."""
+    began = time.perf_counter()
     options = SegmentOptions.from_json(options_json)
     header, ready = _next_row(state, key, chunk, data, options)
     if not ready:
-        return encode_state(header)
+        return _timed(header, began)
     model = build_model(model_json, options)
     keep_optimizer = options.optimizer_state != "reset"
     iteration, shard = options.iteration.iteration, options.shard(key)
@@ -198,6 +205,8 @@ def train_transition(
         set_rate(model, options)
         if steps:
             hooks[header["token"]] = LocalSteps(model, start, steps)
+        weights = parts[WEIGHTS]  # a copy only when the start holds more than the weights
+        begun[header["token"]] = weights if weights.size == start.size else weights.copy()
         del start, parts
         seed_everything(model, options.seed, iteration, shard)
     order = None
@@ -217,6 +226,14 @@ def train_transition(
         if extras:  # what the hooks give back ends the vector (``layout.model_layout``)
             vector = np.concatenate([vector, *extras.values()])
         outbox[header["token"]] = vector
+        step2 = squared_distance(vector[: begun[header["token"]].size], begun.pop(header["token"]))
+        finished(header, key, shard, step2)
+    return _timed(header, began)
+
+
+def _timed(header: dict, began: float) -> bytes:
+    """The state with the seconds since ``began`` added to its ``seconds``."""
+    header["seconds"] = header.get("seconds", 0.0) + (time.perf_counter() - began)
     return encode_state(header)
 
 

@@ -28,6 +28,8 @@ _inbox: dict[str, np.ndarray] = {}
 outbox: dict[str, np.ndarray] = {}  # a trained vector per token, for ``state_chunks``
 # A segment's ``local_steps.LocalSteps`` per token, from its first buffer to its last.
 hooks: dict[str, object] = {}
+# A segment's start weights per token, until its last buffer measures its step against them.
+begun: dict[str, np.ndarray] = {}
 
 
 def pack(magic: bytes, header: dict, payload: bytes = b"") -> bytes:
@@ -76,7 +78,7 @@ def _forget_other_statements(token: str) -> None:
     """Drop what a failed or cancelled earlier statement left in this process."""
     _inbox.clear()
     statement = token.split("/")[0] + "/"
-    for box in (outbox, hooks):
+    for box in (outbox, hooks, begun):
         for stale in [t for t in box if not t.startswith(statement)]:
             del box[stale]
 
@@ -124,8 +126,27 @@ def decode_result(data: bytes | memoryview) -> dict:
     return header
 
 
+def finished(header: dict, key: int, shard: int, step2: float) -> None:
+    """Mark a segment's state as its training's last: its key and shard, and ``step2``, the
+    squared length of its step ``||w_k - w_start||^2`` (the weights' float64 sum), which the
+    client's diagnostics read (``segment_records``)."""
+    header.update(key=int(key), shard=int(shard), step2=float(step2))
+
+
+def segment_records(state: dict) -> list[dict]:
+    """The finished segments' records a (merged) state carries: key, shard, images, loss/metric
+    sums, seconds in the transition and ``step2``, one per segment; none for evaluation."""
+    if "segments" in state:
+        return list(state["segments"])
+    if "step2" not in state:
+        return []
+    names = ("key", "shard", "count", "sums", "seconds", "step2")
+    return [{name: state[name] for name in names}]
+
+
 def add_states(a: bytes | None, b: bytes | None) -> bytes | None:
-    """Two small states added: image counts and loss/metric sums (vectors merge by chunk)."""
+    """Two small states added: image counts and loss/metric sums (vectors merge by chunk), and
+    the finished segments' records side by side."""
     if a is None:
         return b
     if b is None:
@@ -133,7 +154,11 @@ def add_states(a: bytes | None, b: bytes | None) -> bytes | None:
     state_a, state_b = decode_state(a), decode_state(b)
     sums_a, sums_b = state_a["sums"], state_b["sums"]
     sums = {k: sums_a.get(k, 0.0) + sums_b.get(k, 0.0) for k in sums_a.keys() | sums_b.keys()}
-    return encode_state({"count": state_a["count"] + state_b["count"], "sums": sums})
+    merged = {"count": state_a["count"] + state_b["count"], "sums": sums}
+    records = segment_records(state_a) + segment_records(state_b)
+    if records:
+        merged["segments"] = records
+    return encode_state(merged)
 
 
 def state_result(state: bytes | None) -> bytes:

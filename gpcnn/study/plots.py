@@ -1,4 +1,5 @@
-"""Figures of a convergence study: loss and accuracy against iterations and against epochs.
+"""Figures of a convergence study: loss and accuracy against iterations and against epochs, and
+the diagnostics (the drift ratio, and each segment's training loss) against epochs.
 
 ``figures(rows, rules)`` builds them from history rows (as in ``history.csv``), so the data behind
 every line can be checked against the CSV; ``rules`` orders and colours the merge rules.
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpcnn.fit.diagnostics import flat_row
 from gpcnn.fit.rules import RULES as MERGE_RULES
 
 PANELS = (
@@ -159,7 +161,8 @@ def _labels(settings: dict[str, list[list[dict]]], members: Sequence[str], by_fr
 def figures(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Figure]:
     """Every figure, against iterations (``name``) and against epochs (``name_epochs``); a
     setting run with several seeds is its mean with a band of ± one standard deviation. Each
-    curve's label says what it is (``_label``); its gid is the setting's name."""
+    curve's label says what it is (``_label``); its gid is the setting's name. Where the runs
+    have diagnostics, ``name_diagnostics`` too (``diagnostics_figure``)."""
     rules = list(rules)
     settings = _settings(rows)
     out = {}
@@ -186,7 +189,52 @@ def figures(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Figure]:
             fig.suptitle(name.replace("_", " "))
             fig.tight_layout()
             out[name + suffix] = fig
+        diagnosed = [n for n in members if _diagnosed(settings, [n])]
+        if diagnosed:
+            fig = diagnostics_figure({n: settings[n] for n in diagnosed}, labels)
+            fig.suptitle(f"{name.replace('_', ' ')}: diagnostics")
+            out[name + "_diagnostics"] = fig
     return out
+
+
+def diagnostics_figure(
+    histories: dict[str, list[list[dict]]], labels: dict[str, str] | None = None, x: str = "epoch"
+) -> Figure:
+    """The drift ratio (spread of the segment models / merged step; mean over seeds, ± one sd)
+    and each segment's training loss (the first seed's: one thin line per segment, in its
+    setting's colour) against ``x``, for settings' histories (name -> one history per seed; rows
+    flat, ``loss_segment_<key>``, or with ``per_segment``)."""
+    fig = Figure(figsize=(11, 4.2))
+    drift, losses = fig.subplots(1, 2)
+    for i, (name, runs) in enumerate(histories.items()):
+        runs = [[flat_row(row) for row in history] for history in runs]
+        color, label = f"C{i % 10}", (labels or {}).get(name, name)
+        xs, means, sds = _series(runs, x, "drift_ratio")
+        if xs:
+            drift.plot(xs, means, color=color, marker="o", markersize=3, label=label, gid=name)
+            if sds is not None:
+                drift.fill_between(xs, means - sds, means + sds, color=color, alpha=0.2,
+                                   linewidth=0)  # fmt: skip
+        segments = sorted(
+            {k for row in runs[0] for k in row if k.startswith("loss_segment_")},
+            key=lambda k: int(k.rsplit("_", 1)[1]),
+        )
+        for j, column in enumerate(segments):
+            xs, means, _ = _series(runs[:1], x, column)
+            losses.plot(xs, means, color=color, linewidth=0.8, alpha=0.8,
+                        label=label if j == 0 else None, gid=f"{name}/{column}")  # fmt: skip
+    drift.set_title("drift ratio (spread / merged step)")
+    losses.set_title("training loss of each segment")
+    for ax in (drift, losses):
+        ax.set_xlabel("epochs of data seen" if x == "epoch" else "iteration (merges)")
+        ax.grid(alpha=0.3)
+    losses.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def _diagnosed(settings: dict[str, list[list[dict]]], members: Sequence[str]) -> bool:
+    return any("drift_ratio" in row for n in members for h in settings[n] for row in h)
 
 
 def _style(meta: dict, by_frequency: bool, rules: list[str]) -> dict:

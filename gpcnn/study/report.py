@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from gpcnn.fit.diagnostics import flat_row
 from gpcnn.study.specs import RunSpec
 
 REPORT_EPOCHS = (1, 5, 10, 15, 20)
@@ -68,7 +69,7 @@ def collect(out: str | Path, rules: Sequence[str]) -> list[dict]:
             "merge_options": spec.options_text,
             "early_merges": "-".join(map(str, spec.early_merges)),
         }
-        rows += [{**meta, **row} for row in done["history"]]
+        rows += [{**meta, **flat_row(row)} for row in done["history"]]
     order = {rule: i for i, rule in enumerate(rules)}
     return sorted(
         rows,

@@ -171,7 +171,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-HISTORY_COLUMNS = ("iteration", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "seconds")
+HISTORY_COLUMNS = (
+    "iteration", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "seconds", "drift_ratio"
+)  # fmt: skip
 
 
 def _number(value, width: int, digits: int = 4) -> str:
@@ -179,7 +181,8 @@ def _number(value, width: int, digits: int = 4) -> str:
 
 
 def _run_text(shown: dict) -> str:
-    """A run as ``gpcnn runs show`` prints it: its summary, then one line per iteration."""
+    """A run as ``gpcnn runs show`` prints it: its summary, then one line per iteration, each
+    followed by its diagnostics (spread and merged step, and a line per segment)."""
     params = shown["params"]
     optimizer = params.get("optimizer")
     if isinstance(optimizer, dict):  # a Keras optimizer object, serialized
@@ -200,7 +203,22 @@ def _run_text(shown: dict) -> str:
                 for v in cells
             )
         )
+        lines += _diagnostics_lines(row)
     return "\n".join(lines)
+
+
+def _diagnostics_lines(row: dict) -> list[str]:
+    """An iteration's diagnostics as ``runs show`` prints them under its line."""
+    lines = []
+    if "spread" in row:
+        lines.append(f"{'':>14}spread {row['spread']:.4g}, merged step {row['merged_step']:.4g}")
+    for s in row.get("per_segment", ()):
+        lines.append(
+            f"{'':>14}segment {s['key']} (shard {s['shard']}): {s['images']} images, "
+            f"loss {_number(s.get('loss'), 0)}, accuracy {_number(s.get('accuracy'), 0)}, "
+            f"{s['seconds']:.2f} s, step {s['step']:.4g}"
+        )
+    return lines
 
 
 def cmd_models(args: argparse.Namespace) -> int:
