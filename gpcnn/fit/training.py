@@ -180,7 +180,7 @@ class Training:
             )
             db_seconds = time.perf_counter() - started
             metrics, average, segments, extras = self._decode(result, merged_in_db)
-            diagnostics = self._diagnostics(result, starts, segments, average)
+            diagnostics = self._diagnostics(result, segments, average)
             if metrics["images"] != sum(part.expected):
                 raise TrainingError(
                     f"iteration {iteration}: the segments trained on {metrics['images']} images, "
@@ -258,12 +258,14 @@ class Training:
             )
         return metrics, average, segments, extras
 
-    def _diagnostics(self, result, starts, segments: dict | None, average) -> Diagnostics:
+    def _diagnostics(self, result, segments: dict | None, average) -> Diagnostics:
         """The iteration's ``Diagnostics``: from each segment's vectors when they came back, else
-        from the segments' steps and the merge's."""
+        from the segments' steps and the merge's. The starts are the weights the rule sent (one
+        vector for all keys, or one per key), whatever form the statement took them in."""
         if segments is None:
             return Diagnostics.from_steps(result.segments, result.merged_step2)
-        start_weights = {k: self.start_layout.split(v)[WEIGHTS] for k, v in starts.items()}
+        sent = self.rule.sent(self.info.keys)
+        start_weights = {k: sent[k] if isinstance(sent, dict) else sent for k in self.info.keys}
         return Diagnostics.from_vectors(result.segments, start_weights, segments, average)
 
     def _validation(
