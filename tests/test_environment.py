@@ -8,6 +8,7 @@ import sqlalchemy as sa
 import tensorflow as tf
 
 import gpcnn
+from gpcnn.engines.greenplum import mirror_states
 from gpcnn.tools import embedded
 from gpcnn.tools.environment import EnvironmentReport, ServerPythonError
 
@@ -109,6 +110,26 @@ def test_doctor_on_greenplum_reports_primaries_hosts_memory_limits_and_resources
     text = str(report)
     assert f"TensorFlow imported on {facts['primaries']} of {facts['primaries']} primaries" in text
     assert "gp_vmem_protect_limit" in text and "not TensorFlow's" in text
+    # each primary (and the coordinator, -1) with its mirror or standby, if any
+    mirroring = facts["mirroring"]
+    assert [p["content"] for p in mirroring] == list(range(-1, facts["primaries"]))
+    assert facts["mirrors"] == sum(p["mirror"] is not None for p in mirroring[1:])
+    assert "mirrors:  " in text and "failover: " in text
+
+
+def test_doctor_on_postgresql_says_which_replicas_stream_and_what_a_fit_does_if_it_fails(db):
+    report = gpcnn.check_environment(db)
+    if report.engine_kind != "postgresql":
+        pytest.skip("PostgreSQL's replicas; Greenplum's mirrors are the test above")
+    replicas = report.facts["replicas"]
+    line = next(line for line in str(report).splitlines() if line.startswith("replicas: "))
+    if replicas:
+        assert line.startswith(f"replicas: {len(replicas)} streaming: ")
+    else:  # the embedded cluster
+        assert line == (
+            "replicas: none streaming: a fit fails with the server and resumes once it is back "
+            "(fit(table, resume=run_id))"
+        )
 
 
 def test_the_greenplum_report_says_what_its_settings_mean():
@@ -124,15 +145,21 @@ def test_the_greenplum_report_says_what_its_settings_mean():
             "primaries": 2, "hosts": 1, "mirrors": 0, "vmem_protect_limit_mb": {0: 8192, 1: 8192},
             "resource": {"rsqname": "pg_default", "rsqcountlimit": 20, "rsqmemorylimit": -1},
             "superuser": True,
+            "mirroring": mirror_states(
+                [(c, "gp", 7000 + 2 * (c + 1), True, None, None, None, None) for c in (-1, 0, 1)], {}
+            ),
         },
     )  # fmt: skip
-    lines = str(report).splitlines()[-4:]
+    lines = str(report).splitlines()[-6:]
     assert lines == [
         "cluster:  2 primaries on 1 host(s), 0 mirrors; TensorFlow imported on 2 of 2 primaries",
         "memory:   gp_vmem_protect_limit 8192 MB per primary; it counts the database's memory, not "
         "TensorFlow's inside plpython3u (docs/greenplum.md, 'What a cluster needs')",
         "resources: resource queue pg_default (rsqcountlimit 20, rsqmemorylimit -1), bypassed: "
         "this role is a superuser",
+        "mirrors:  none: content 0: no mirror; content 1: no mirror",
+        "failover: none for a primary without a mirror: a fit fails until that primary is back "
+        "(gpstart / gprecoverseg), then resumes with fit(table, resume=run_id)",
         "autovacuum: off: pruned checkpoints and used transfers stay on disk as dead rows until "
         "VACUUM (VACUUM FULL gpcnn.checkpoints, gpcnn.transfers); gpcnn's tables take 14100.0 MB now",
     ]
