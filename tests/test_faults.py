@@ -260,6 +260,26 @@ def test_greenplum_errors_name_the_segment_and_its_host():
     )
 
 
+def test_a_failed_greenplum_primary_is_named_with_its_segment_and_what_its_mirror_does():
+    """As a live cluster with mirrors worded it when a primary's postmaster was killed during a
+    fit (docs/greenplum.md, "Failover"): the suffix has no slice there, and the session's server
+    process did not end on its own."""
+
+    class AdminShutdown(Exception):
+        pgcode = "57P01"
+
+    error = AdminShutdown(
+        "terminating connection due to unexpected postmaster exit  (seg1 127.0.0.1:7203 pid=5026)"
+    )
+    assert str(failure("storing the checkpoint of iteration 3", error)) == (
+        "storing the checkpoint of iteration 3 failed in the database on Greenplum segment 1 on "
+        "127.0.0.1:7203, pid 5026: its server stopped under it (terminating connection due to "
+        "unexpected postmaster exit): the segment (or server) failed; where it has a mirror, "
+        "Greenplum's fault prober promotes the mirror within seconds (`gpcnn doctor` shows the "
+        "mirrors and the prober's interval)"
+    )
+
+
 def _close_idle_connections(*handles) -> None:
     """Before DDL that needs an exclusive lock: on Greenplum 7.0.0-dev a pooled connection's
     segment process keeps the locks of a one-segment read after its coordinator ended the

@@ -16,8 +16,9 @@ from gpcnn.engines.compiler import Compiler, text_safe
 from gpcnn.engines.dispatch import OneStatement
 from gpcnn.engines.registry import ServerFacts, register_engine
 
-# The suffix a Greenplum error's message ends with: the segment, its host and port, the process.
-GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+) slice\d+ ([^\s:()]+):(\d+) pid=(\d+)\)")
+# The suffix a Greenplum error's message ends with: the segment, its host and port, the process;
+# without the slice where no query runs (a session ended when its segment's postmaster died).
+GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+)(?: slice\d+)? ([^\s:()]+):(\d+) pid=(\d+)\)")
 
 
 class GreenplumCompiler(Compiler):
