@@ -260,7 +260,7 @@ def test_greenplum_errors_name_the_segment_and_its_host():
     )
 
 
-def test_a_failed_greenplum_primary_is_named_with_its_segment_and_what_its_mirror_does():
+def test_a_failed_greenplum_primary_is_told_as_a_failed_segment_and_what_its_mirror_does():
     """As a live cluster with mirrors worded it when a primary's postmaster was killed during a
     fit (docs/greenplum.md, "Failover"): the suffix has no slice there, and the session's server
     process did not end on its own."""
@@ -273,10 +273,21 @@ def test_a_failed_greenplum_primary_is_named_with_its_segment_and_what_its_mirro
     )
     assert str(failure("storing the checkpoint of iteration 3", error)) == (
         "storing the checkpoint of iteration 3 failed in the database on Greenplum segment 1 on "
-        "127.0.0.1:7203, pid 5026: its server stopped under it (terminating connection due to "
+        "127.0.0.1:7203, pid 5026: its server failed under it (terminating connection due to "
         "unexpected postmaster exit): the segment (or server) failed; where it has a mirror, "
         "Greenplum's fault prober promotes the mirror within seconds (`gpcnn doctor` shows the "
         "mirrors and the prober's interval)"
+    )
+    # the training statement, when the coordinator found the segment gone first
+    error = AdminShutdown(
+        "FTS detected connection lost during dispatch to seg1 slice1 127.0.0.1:7203 pid=8023:"
+    )
+    error.pgcode = "XX000"
+    assert str(failure("training", error, keys=[2, 0])) == (
+        "training failed in the database on segments 2, 0: its server failed under it (FTS "
+        "detected connection lost during dispatch to seg1 slice1 127.0.0.1:7203 pid=8023:): the "
+        "segment (or server) failed; where it has a mirror, Greenplum's fault prober promotes the "
+        "mirror within seconds (`gpcnn doctor` shows the mirrors and the prober's interval)"
     )
 
 

@@ -24,8 +24,9 @@ from gpcnn.engines.sessions import QUERY_CANCELED, SessionError
 # cannot_connect_now (the server is starting or shutting down).
 ENDED = ("57P01", "57P02", "57P03")
 LOST_CONNECTION = "server closed the connection unexpectedly"
-# what a session says when its server's postmaster died under it (a failed Greenplum primary)
-POSTMASTER_EXIT = "unexpected postmaster exit"
+# What a statement meets when a Greenplum primary fails: its session's postmaster died under it,
+# or the fault prober found the segment gone while the coordinator dispatched to it.
+SEGMENT_FAILED = ("unexpected postmaster exit", "FTS detected")
 NAMED_SEGMENT = re.compile(r"^(?:[\w.]+\.)?SegmentError: segment (-?\d+): (.*)$", re.S)
 RAISED_AT = re.compile(r"\n\(raised at ([^\n]*)\)")
 DISK_FULL = "53100"
@@ -109,9 +110,9 @@ def failure(
             origin = f" (raised at {raised_at.group(1)})"
             message = RAISED_AT.sub("", message)
     where = _place(keys, place)
-    if POSTMASTER_EXIT in message:
+    if any(sign in message for sign in SEGMENT_FAILED):
         why = (
-            f"its server stopped under it ({message}): the segment (or server) failed; where it "
+            f"its server failed under it ({message}): the segment (or server) failed; where it "
             "has a mirror, Greenplum's fault prober promotes the mirror within seconds "
             "(`gpcnn doctor` shows the mirrors and the prober's interval)"
         )
