@@ -87,7 +87,7 @@ class EnvironmentReport:
 def _stream(p: dict) -> str:
     """A mirror's WAL stream as its primary reports it."""
     r = p["replication"]
-    if r is None:
+    if r is None or (isinstance(r, dict) and r["state"] is None):  # a mirror that is down
         return "no WAL stream"
     if isinstance(r, str):
         return f"WAL stream not read ({r})"
@@ -121,17 +121,23 @@ def mirror_lines(mirroring: list[dict], probe_interval: str | None) -> list[str]
         else f"mirrors:  none: {healthy}"
     ]
     standby = next((p for p in mirroring if p["content"] < 0 and p["mirror"]), None)
-    if standby is not None:
+    if standby is None:
+        lines.append(
+            "standby:  none: a coordinator that fails or restarts ends the running fit; it "
+            "resumes with fit(table, resume=run_id) once the coordinator is back"
+        )
+    else:
         state = "up" if standby["mirror_up"] else "down"
         lines.append(
             f"standby:  coordinator standby {standby['mirror']} {state}, {_stream(standby)}"
         )
-    probe = f"the fault prober checks every {probe_interval}" if probe_interval else "the prober"
+    probe = f"every {probe_interval}" if probe_interval else "at its interval"
     if mirrored:
         lines.append(
-            f"failover: a primary that fails ends the running fit with an error naming its "
-            f"segment; {probe} and promotes its mirror; fit(table, resume=run_id) then continues "
-            "from the last stored iteration to the model an uninterrupted fit gives "
+            "failover: a primary that fails ends the running fit with an error naming the failed "
+            "segment (unless its statement finished first: the fit then goes on); the fault "
+            f"prober checks {probe} and promotes the mirror; fit(table, resume=run_id) then "
+            "continues from the last stored iteration to the model an uninterrupted fit gives "
             "(docs/greenplum.md, 'Failover')"
         )
     if len(mirrored) < len(segments):
