@@ -260,6 +260,37 @@ def test_greenplum_errors_name_the_segment_and_its_host():
     )
 
 
+def test_a_failed_greenplum_primary_is_told_as_a_failed_segment_and_what_its_mirror_does():
+    """As a live cluster with mirrors worded it when a primary's postmaster was killed during a
+    fit (docs/greenplum.md, "Failover"): the suffix has no slice there, and the session's server
+    process did not end on its own."""
+
+    class AdminShutdown(Exception):
+        pgcode = "57P01"
+
+    error = AdminShutdown(
+        "terminating connection due to unexpected postmaster exit  (seg1 127.0.0.1:7203 pid=5026)"
+    )
+    assert str(failure("storing the checkpoint of iteration 3", error)) == (
+        "storing the checkpoint of iteration 3 failed in the database on Greenplum segment 1 on "
+        "127.0.0.1:7203, pid 5026: its server failed under it (terminating connection due to "
+        "unexpected postmaster exit): the segment (or server) failed; where it has a mirror, "
+        "Greenplum's fault prober promotes the mirror within seconds (`gpcnn doctor` shows the "
+        "mirrors and the prober's interval)"
+    )
+    # the training statement, when the coordinator found the segment gone first
+    error = AdminShutdown(
+        "FTS detected connection lost during dispatch to seg1 slice1 127.0.0.1:7203 pid=8023:"
+    )
+    error.pgcode = "XX000"
+    assert str(failure("training", error, keys=[2, 0])) == (
+        "training failed in the database on segments 2, 0: its server failed under it (FTS "
+        "detected connection lost during dispatch to seg1 slice1 127.0.0.1:7203 pid=8023:): the "
+        "segment (or server) failed; where it has a mirror, Greenplum's fault prober promotes the "
+        "mirror within seconds (`gpcnn doctor` shows the mirrors and the prober's interval)"
+    )
+
+
 def _close_idle_connections(*handles) -> None:
     """Before DDL that needs an exclusive lock: on Greenplum 7.0.0-dev a pooled connection's
     segment process keeps the locks of a one-segment read after its coordinator ended the
@@ -309,9 +340,12 @@ def test_a_refused_retention_delete_fails_the_fit_and_the_run_resumes(db, native
     with refusal, pytest.raises(TrainingError) as raised:
         est.fit(TABLE)
     message = str(raised.value)
-    assert "the retention rule failed in the database: the test refuses checkpoint deletes" in (
-        message
-    )
+    # Greenplum names the segment that refused (its suffix has no slice in a one-segment DELETE)
+    assert re.search(
+        r"the retention rule failed in the database( on Greenplum segment \d+ on \S+, pid \d+)?: "
+        "the test refuses checkpoint deletes",
+        message,
+    ), message
     assert [r["iteration"] for r in _stored_iterations(db, est.run_id_)] == [1, 2]
     assert [r["iteration"] for r in est.history_] == [1, 2]
     assert f"run {est.run_id_} keeps iteration 2: fit(table, resume=" in message

@@ -217,20 +217,23 @@ def handles(db, cluster):
 
 
 @pytest.fixture
-def synchronous_commits(db):
-    """The cluster's commits made durable before they return, for the test's duration. The
-    embedded cluster commits asynchronously (synchronous_commit=off): a crash then lost the
-    iteration stored last, up to every iteration of a fresh run (seen in the native dispatch:
-    "run 3 stored no iteration yet" after the recovery), which is not what these tests see."""
+def lazy_wal_writer(db):
+    """Commits that nobody waits for reach the disk only after 10 s (the WAL writer's longest
+    delay; the server's default is 200 ms), with ``synchronous_commit`` off as on the embedded
+    cluster, for the test's duration: a crash in that time loses every such commit, so what
+    survives one is what gpcnn waited for. Issue 50: with the defaults, 2 of 3 kills lost the
+    iteration stored last, up to every iteration of a fresh run ("run 3 stored no iteration yet"
+    after the recovery)."""
 
-    def setting(value: str) -> None:
+    def settings(delay: str, commit: str) -> None:
         with db.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-            conn.exec_driver_sql(f"ALTER SYSTEM SET synchronous_commit = {value}")
+            conn.exec_driver_sql(f"ALTER SYSTEM SET wal_writer_delay = {delay}")
+            conn.exec_driver_sql(f"ALTER SYSTEM SET synchronous_commit = {commit}")
             conn.exec_driver_sql("SELECT pg_reload_conf()")
 
-    setting("on")
+    settings("'10s'", "off")
     yield
-    setting("DEFAULT")
+    settings("DEFAULT", "DEFAULT")
 
 
 def _accepting(db) -> bool:
@@ -243,7 +246,7 @@ def _accepting(db) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dispatch", ["native", "statement"])
-@pytest.mark.usefixtures("synchronous_commits")
+@pytest.mark.usefixtures("lazy_wal_writer")
 def test_a_segment_backend_killed_mid_iteration_is_named_alone_and_the_run_resumes(
     handles, dispatch, capfd
 ):
@@ -295,7 +298,7 @@ def test_a_segment_backend_killed_mid_iteration_is_named_alone_and_the_run_resum
     assert capfd.readouterr().err == ""  # verbose=0: no log lines either
     _wait(lambda: _accepting(db), "the server accepting connections after its recovery")
     # Its status says "running" or "failed": recording the failure races the server's recovery.
-    assert len(_stored(db, est.run_id_)) >= stored  # what was stored stays
+    assert _stored(db, est.run_id_)[:stored] == list(range(1, stored + 1))  # what was stored stays
     _intact(db, est.run_id_, len(_stored(db, est.run_id_)))
     _finish(db, est.run_id_)
     assert capfd.readouterr().err == ""

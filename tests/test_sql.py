@@ -226,3 +226,21 @@ def test_transfers_name_their_owner_and_age_on_every_engine():
         assert "owner TEXT DEFAULT '' NOT NULL" in transfers
         assert "created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL" in transfers
     assert migrations.SHAPE_VERSION == len(migrations.MIGRATIONS) + 1 == 9
+
+
+def test_greenplum_doctor_pairs_each_acting_primary_with_its_mirror_and_wal_stream():
+    """What `gpcnn doctor` reads of Greenplum's mirrors (no Greenplum here): every acting
+    primary, the coordinator too, with its mirror if any; and each stream its primary reports."""
+    gp = GreenplumCompiler(DIALECT, "gpcnn")
+    assert gp.MIRRORING_SQL == (
+        "SELECT p.content, p.hostname, p.port, p.role = p.preferred_role, "
+        "m.hostname, m.port, m.status, m.mode "
+        "FROM gp_segment_configuration p LEFT JOIN gp_segment_configuration m "
+        "ON m.content = p.content AND m.role = 'm' WHERE p.role = 'p' ORDER BY p.content"
+    )
+    assert gp.REPLICATION_SQL == (
+        "SELECT gp_segment_id, state, sync_state, sync_error, "
+        "pg_wal_lsn_diff(sent_lsn, replay_lsn)::bigint FROM gp_stat_replication ORDER BY 1"
+    )
+    assert gp.TOPOLOGY_SQL.endswith("FROM gp_segment_configuration")
+    assert "role = 'm'" not in gp.TOPOLOGY_SQL  # mirrors are counted from MIRRORING_SQL's rows

@@ -197,10 +197,18 @@ class Catalog:
             .returning(t.c.run_id)
         ).scalar()
 
+    def _durable(self) -> None:
+        """This transaction's commit returns once its WAL is on disk, whatever the server's
+        ``synchronous_commit``; the WAL before it (earlier commits) is flushed with it."""
+        # Off (the embedded cluster's setting), a crash lost committed iterations (issue 50).
+        self.conn.exec_driver_sql("SET LOCAL synchronous_commit = on")
+
     def set_run_status(self, run_id: int, status: str, error: str | None = None) -> None:
+        """The run's status (and error), durable once committed (``_durable``)."""
         if status not in RUN_STATUSES:
             raise ValueError(f"status {status!r}: one of {RUN_STATUSES}")
         t = self.tables.runs
+        self._durable()
         self.conn.execute(
             t.update()
             .where(t.c.run_id == run_id)
@@ -229,7 +237,11 @@ class Catalog:
         return [json.loads(m) for m in self.conn.execute(query).scalars()]
 
     def insert_iteration(self, run_id: int, row: dict) -> None:
-        """The iteration's metrics: from now on its checkpoint counts (``last_checkpoint``)."""
+        """The iteration's metrics: from now on its checkpoint counts (``last_checkpoint``). Its
+        transaction's commit waits for the WAL to reach the disk, whatever the server's
+        ``synchronous_commit``: a commit that returned survives a crash, with all that was
+        committed before it (the checkpoint, the run)."""
+        self._durable()
         self.conn.execute(
             self.tables.run_iterations.insert().values(
                 run_id=run_id, iteration=row["iteration"], metrics=json.dumps(row)

@@ -16,8 +16,9 @@ from gpcnn.engines.compiler import Compiler, text_safe
 from gpcnn.engines.dispatch import OneStatement
 from gpcnn.engines.registry import ServerFacts, register_engine
 
-# The suffix a Greenplum error's message ends with: the segment, its host and port, the process.
-GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+) slice\d+ ([^\s:()]+):(\d+) pid=(\d+)\)")
+# The suffix a Greenplum error's message ends with: the segment, its host and port, the process;
+# without the slice where no query runs (a session ended when its segment's postmaster died).
+GREENPLUM_SEGMENT = re.compile(r"\(seg(-?\d+)(?: slice\d+)? ([^\s:()]+):(\d+) pid=(\d+)\)")
 
 
 class GreenplumCompiler(Compiler):
@@ -41,11 +42,24 @@ class GreenplumCompiler(Compiler):
             "FROM gp_dist_random('gp_id') ORDER BY 1"
         )
 
-    # primaries, the hosts they run on, mirrors
+    # primaries and the hosts they run on
     TOPOLOGY_SQL = (
         "SELECT count(*) FILTER (WHERE role = 'p' AND content >= 0), "
-        "count(DISTINCT hostname) FILTER (WHERE role = 'p' AND content >= 0), "
-        "count(*) FILTER (WHERE role = 'm') FROM gp_segment_configuration"
+        "count(DISTINCT hostname) FILTER (WHERE role = 'p' AND content >= 0) "
+        "FROM gp_segment_configuration"
+    )
+    # Each content's acting primary (-1: the coordinator) and its mirror (the standby), if any:
+    # whether the primary runs where it was placed, the mirror's status (u/d) and mode (s/n).
+    MIRRORING_SQL = (
+        "SELECT p.content, p.hostname, p.port, p.role = p.preferred_role, "
+        "m.hostname, m.port, m.status, m.mode "
+        "FROM gp_segment_configuration p LEFT JOIN gp_segment_configuration m "
+        "ON m.content = p.content AND m.role = 'm' WHERE p.role = 'p' ORDER BY p.content"
+    )
+    # Each mirror's WAL stream as its primary sees it (a query on every primary: read apart).
+    REPLICATION_SQL = (
+        "SELECT gp_segment_id, state, sync_state, sync_error, "
+        "pg_wal_lsn_diff(sent_lsn, replay_lsn)::bigint FROM gp_stat_replication ORDER BY 1"
     )
     # each primary's own memory limit (MB): the coordinator's setting need not be theirs
     VMEM_PER_PRIMARY_SQL = (
@@ -97,13 +111,23 @@ class GreenplumBackend(GreenplumCompiler, Backend):
 
     dispatch_modes = (OneStatement,)
 
-    DOCTOR_SETTINGS = (*Backend.DOCTOR_SETTINGS, "gp_resource_manager", "gp_vmem_protect_limit")
+    # The fault prober's settings: how soon a failed primary's mirror takes over.
+    DOCTOR_SETTINGS = (
+        *Backend.DOCTOR_SETTINGS,
+        "gp_resource_manager",
+        "gp_vmem_protect_limit",
+        "gp_fts_probe_interval",
+        "gp_fts_probe_timeout",
+        "gp_fts_probe_retries",
+    )
+
     def doctor_facts(self) -> dict:
-        """Besides the settings: primaries, hosts, mirrors, each primary's vmem limit and this
-        role's resource queue or group."""
+        """Besides the settings: primaries, hosts, each one's mirror and its state
+        (``mirroring``), each primary's vmem limit and this role's resource queue or group."""
         facts = super().doctor_facts()
         with self.engine.connect() as conn:
-            primaries, hosts, mirrors = conn.exec_driver_sql(self.TOPOLOGY_SQL).one()
+            primaries, hosts = conn.exec_driver_sql(self.TOPOLOGY_SQL).one()
+            pairs = conn.exec_driver_sql(self.MIRRORING_SQL).all()
             vmem = conn.exec_driver_sql(self.VMEM_PER_PRIMARY_SQL).all()
             manager = facts["settings"].get("gp_resource_manager")
             resource = None
@@ -112,15 +136,27 @@ class GreenplumBackend(GreenplumCompiler, Backend):
             superuser = conn.execute(
                 sa.text("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
             ).scalar()
+        mirroring = mirror_states(pairs, self._replication())
         facts.update(
             primaries=int(primaries),
             hosts=int(hosts),
-            mirrors=int(mirrors),
+            mirrors=sum(p["content"] >= 0 and p["mirror"] is not None for p in mirroring),
+            mirroring=mirroring,
             vmem_protect_limit_mb={int(seg): int(mb) for seg, mb in vmem},
             resource=json.loads(resource) if resource else None,
             superuser=bool(superuser),
         )
         return facts
+
+    def _replication(self) -> dict[int, tuple] | str:
+        """content -> (state, sync_state, sync_error, bytes not replayed yet), or why it could
+        not be read: it asks every primary, and one that just failed does not answer."""
+        try:
+            with self.engine.connect() as conn:
+                rows = conn.exec_driver_sql(self.REPLICATION_SQL).all()
+        except sa.exc.DBAPIError as e:
+            return str(e.orig).strip().splitlines()[0]
+        return {int(row[0]): tuple(row[1:]) for row in rows}
 
     def default_segments(self) -> int:
         with self.engine.connect() as conn:
@@ -180,6 +216,36 @@ def is_greenplum(facts: ServerFacts) -> bool:
 
 
 register_engine("greenplum", GreenplumBackend, detects=is_greenplum)
+
+
+def mirror_states(pairs, replication: dict[int, tuple] | str) -> list[dict]:
+    """The rows of ``MIRRORING_SQL`` with ``_replication``'s, one dict per content: the acting
+    primary (``host:port``), whether it runs where it was placed (False after a failover, until
+    ``gprecoverseg -r``), its mirror or None, whether that is up and in sync, and its WAL stream
+    (None where no primary reports one; a string where it could not be read)."""
+    states = []
+    for content, host, port, placed, m_host, m_port, m_status, m_mode in pairs:
+        stream = replication if isinstance(replication, str) else replication.get(content)
+        if isinstance(stream, tuple):
+            state, sync_state, sync_error, lag = stream
+            stream = dict(
+                state=state,
+                sync_state=sync_state,
+                sync_error=sync_error,
+                lag_bytes=None if lag is None else int(lag),
+            )
+        states.append(
+            dict(
+                content=int(content),
+                primary=f"{host}:{port}",
+                placed=bool(placed),
+                mirror=None if m_host is None else f"{m_host}:{m_port}",
+                mirror_up=None if m_host is None else m_status == "u",
+                in_sync=None if m_host is None else m_mode == "s",
+                replication=stream,
+            )
+        )
+    return states
 
 
 def spread_keys(per_segment: list[list[int]], segments: int) -> list[int]:

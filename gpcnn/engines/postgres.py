@@ -77,6 +77,21 @@ class PostgresBackend(PostgresCompiler, Backend):
     def default_threads(self, segments: int) -> int:
         return max(1, self.server_cpu_count() // max(1, segments))
 
+    # the standbys streaming from this server, as it sees them
+    REPLICAS_SQL = (
+        "SELECT application_name AS name, state, sync_state FROM pg_stat_replication "
+        "ORDER BY 1, 2, 3"
+    )
+
+    def doctor_facts(self) -> dict:
+        """Besides the settings and table sizes: the streaming replicas (``replicas``: name,
+        state, sync_state each), whose failover gpcnn does not follow by itself."""
+        facts = super().doctor_facts()
+        with self.engine.connect() as conn:
+            rows = conn.exec_driver_sql(self.REPLICAS_SQL).all()
+        facts["replicas"] = [dict(row._mapping) for row in rows]
+        return facts
+
 
 def is_postgresql(facts: ServerFacts) -> bool:
     """Any server of the PostgreSQL family that is not a Greenplum one."""

@@ -5,10 +5,11 @@ whose context is the Python traceback; ``segment.on_segment`` puts the segment's
 what the training functions raise (``SegmentError: segment 3: TypeError: ...``). On Greenplum the
 message also names the segment that failed (``(seg1 slice1 10.0.0.5:6001 pid=1234)``), which the
 engine reads (``engines.error_place``); MADlib's own functions move the segment's traceback into
-DETAIL, which is read as well. A session whose
-server process ended (``pg_terminate_backend``, the OOM killer, a restart) loses its connection
-with no error from the server: the client says so, with the process id. A statement ended by the
-server's ``statement_timeout`` is named as such, with where that is set.
+DETAIL, which is read as well. A session whose server process ended (``pg_terminate_backend``,
+the OOM killer, a restart) loses its connection with no error from the server: the client says so,
+with the process id; one whose server's postmaster died (a failed Greenplum primary, whose mirror
+takes over) is told as a failed segment. A statement ended by the server's ``statement_timeout`` is
+named as such, with where that is set.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from gpcnn.engines.sessions import QUERY_CANCELED, SessionError
 # cannot_connect_now (the server is starting or shutting down).
 ENDED = ("57P01", "57P02", "57P03")
 LOST_CONNECTION = "server closed the connection unexpectedly"
+# What a statement meets when a Greenplum primary fails: its session's postmaster died under it,
+# or the fault prober found the segment gone while the coordinator dispatched to it.
+SEGMENT_FAILED = ("unexpected postmaster exit", "FTS detected")
 NAMED_SEGMENT = re.compile(r"^(?:[\w.]+\.)?SegmentError: segment (-?\d+): (.*)$", re.S)
 RAISED_AT = re.compile(r"\n\(raised at ([^\n]*)\)")
 DISK_FULL = "53100"
@@ -106,7 +110,13 @@ def failure(
             origin = f" (raised at {raised_at.group(1)})"
             message = RAISED_AT.sub("", message)
     where = _place(keys, place)
-    if lost or getattr(error, "pgcode", None) in ENDED or LOST_CONNECTION in text:
+    if any(sign in message for sign in SEGMENT_FAILED):
+        why = (
+            f"its server failed under it ({message}): the segment (or server) failed; where it "
+            "has a mirror, Greenplum's fault prober promotes the mirror within seconds "
+            "(`gpcnn doctor` shows the mirrors and the prober's interval)"
+        )
+    elif lost or getattr(error, "pgcode", None) in ENDED or LOST_CONNECTION in text:
         process = f" (pid {pid})" if pid else ""
         why = (
             f"its server process{process} was terminated ({message}): something ended it "

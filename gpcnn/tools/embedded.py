@@ -43,6 +43,8 @@ SERVER_SETTINGS = {
     "listen_addresses": "127.0.0.1",
     "max_connections": "64",
     "shared_buffers": "128MB",
+    # Commits return before the WAL is on disk, except those a crash must not lose: an
+    # iteration's row and a run's status wait for it (Catalog._durable).
     "synchronous_commit": "off",
     # One partition per segment, one session per partition: parallel query would re-import TF in
     # throw-away workers and could train one model across partitions (docs/design.md, Engines).
