@@ -63,6 +63,19 @@ def test_sessions_open_with_their_start_options_and_are_reused_only_with_the_sam
         again.close()
 
 
+def test_every_connection_gpcnn_opens_runs_without_jit(db):
+    """PostgreSQL's JIT beside TensorFlow's libraries crashes a server process: it is off on the
+    handle's pooled connections and in segment sessions, with or without start options."""
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql("SHOW jit").scalar() == "off"
+    sessions = SegmentSessions(db.engine, 1, options="-c work_mem=12345kB")
+    try:
+        assert sessions.one("SHOW jit", {}) == [("off",)]
+        assert sessions.one("SHOW work_mem", {}) == [("12345kB",)]
+    finally:
+        sessions.close()
+
+
 @pytest.mark.slow
 def test_a_client_process_holds_no_backend_it_cannot_account_for(db):
     """A process of its own fits, predicts, fits again, drops its estimators, fails, opens more

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from gpcnn.engines.compiler import Compiler
 from gpcnn.engines.dispatch import Dispatch, OneStatement, SessionPerSegment
 from gpcnn.engines.results import Trained
-from gpcnn.engines.sessions import SegmentSessions, named
+from gpcnn.engines.sessions import SegmentSessions, connect_arguments
 
 # A chunk of a vector: one row of transfers and checkpoints, one row of a result stream. 1 MiB
 # rather than 8: the client's allocator reuses 1 MiB buffers, where it kept freed 8 MiB ones in
@@ -98,7 +98,7 @@ class Backend(Compiler):
         fails there ("cannot run inside a transaction block (seg1)"). Every engine takes this
         path, so the suite runs it on PostgreSQL too. Closed afterwards: the pool stays as it was."""
         url = self.engine.url
-        fresh = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args=named(url))
+        fresh = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args=connect_arguments(url))
         try:
             with fresh.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 yield conn

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from gpcnn.engines import registry
 from gpcnn.engines.base import Backend, check_chunk_bytes
-from gpcnn.engines.sessions import POOL, named
+from gpcnn.engines.sessions import POOL, connect_arguments
 
 DEFAULT_SCHEMA = "gpcnn"
 
@@ -112,7 +112,7 @@ class Database:
     def engine(self) -> sa.Engine:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed: gpcnn.connect() opens it again")
-        return sa.create_engine(self.url, pool_pre_ping=True, connect_args=named(self.url))
+        return sa.create_engine(self.url, pool_pre_ping=True, connect_args=connect_arguments(self.url))
 
     @cached_property
     def backend(self) -> Backend:

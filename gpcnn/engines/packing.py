@@ -25,11 +25,9 @@ IMAGE_TYPES = (*ARRAY_TYPES, "bytea")
 ID_TYPES = ("smallint", "integer", "bigint")
 ITEM_BYTES = {"real[]": 4, "double precision[]": 8, "smallint[]": 2, "integer[]": 4}
 GROUP_BYTES = 1 << 26  # images per call of the range check: about 64 MB of numbers
-# Per statement: the sorts of whole rows stay in memory, and JIT compiling (a fixed cost of a
-# large estimate) buys nothing where the work is PL/Python's; worse, LLVM loaded into a backend
-# that has imported TensorFlow crashes it (signal 11, PostgreSQL 15 here), so every statement of
-# this module and of ``label_skew`` runs without it.
-SETTINGS = "SELECT set_config('work_mem', '256MB', true), set_config('jit', 'off', true)"
+# Per statement: the sorts of whole rows stay in memory (JIT is off on every connection gpcnn
+# opens: ``sessions.SERVER_OPTIONS``).
+SETTINGS = "SELECT set_config('work_mem', '256MB', true)"
 
 
 def column_types(conn: sa.Connection, qualified_sql: str) -> dict[str, str]:

@@ -33,10 +33,19 @@ def application_name() -> str:
     return f"gpcnn/{os.getpid()}"
 
 
-def named(url: sa.URL) -> dict:
-    """The driver's connect arguments that give a connection ``application_name()``, unless the
-    URL names it."""
-    return {} if "application_name" in url.query else {"application_name": application_name()}
+# PostgreSQL's JIT (LLVM) and TensorFlow's libraries in one server process crash it (signal 11 on
+# the next statement costly enough to be compiled, once TensorFlow was imported): gpcnn's
+# statements never need it, so every connection gpcnn opens turns it off.
+SERVER_OPTIONS = "-c jit=off"
+
+
+def connect_arguments(url: sa.URL) -> dict:
+    """The driver's connect arguments of every connection gpcnn opens: ``application_name()``
+    unless the URL names one, and ``SERVER_OPTIONS`` after the URL's own ``options``."""
+    arguments = {"options": f"{url.query.get('options', '')} {SERVER_OPTIONS}".strip()}
+    if "application_name" not in url.query:
+        arguments["application_name"] = application_name()
+    return arguments
 
 
 def idle_timeout() -> float:
@@ -196,9 +205,9 @@ class SegmentSessions:
         self._tag = (_url_of(engine), tuple(settings), threads, options)
         self._connections = POOL.take(self._tag, count)
         cargs, cparams = engine.dialect.create_connect_args(engine.url)
-        cparams.setdefault("application_name", application_name())
+        cparams.update(connect_arguments(engine.url))
         if options:
-            cparams["options"] = f"{cparams.get('options', '')} {options}".strip()
+            cparams["options"] = f"{cparams['options']} {options}"
         try:
             while len(self._connections) < count:
                 conn = engine.dialect.dbapi.connect(*cargs, **cparams)
