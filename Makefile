@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint db-start db-stop clean-db
+.PHONY: setup demo test lint docs docs-check db-start db-stop clean-db
 
 setup:
 	@bash scripts/setup.sh
@@ -14,10 +14,21 @@ test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check gpcnn tests examples bench
+	$(VENV)/bin/ruff check gpcnn tests examples bench scripts docs
 
 db-start: setup
 	$(VENV)/bin/gpcnn db start
 
 db-stop: setup
 	$(VENV)/bin/gpcnn db stop
+
+# The documentation site (docs/_build/html): warnings are errors; the notebook runs against the database.
+docs: setup
+	$(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
+
+# Headless Chromium renders the home page and one API page; a broken page fails.
+docs-check: docs
+	@command -v chromium >/dev/null || { [ "$$(id -u)" -eq 0 ] && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null; } || \
+	  { echo "make docs-check needs Debian's chromium: sudo apt-get install chromium" >&2; exit 1; }
+	$(PY) scripts/check_docs.py docs/_build/html

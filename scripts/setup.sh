@@ -67,7 +67,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$lock_hash" ] || [ ! -x "$venv/b
   # The extras (study: matplotlib, mlxtend; dev) come pinned from the lock: without --no-deps and
   # with --no-index, pip checks that the lock holds everything setup.cfg asks for.
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-index --no-build-isolation \
-    -e ".[study,dev]"
+    -e ".[study,dev,docs]"
   chmod -R a+rX "$venv"
   echo "$lock_hash" >"$stamp"
 fi

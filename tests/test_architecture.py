@@ -211,10 +211,10 @@ def test_each_layer_says_what_it_is_for(layer):
     assert init.exists() and ast.get_docstring(ast.parse(init.read_text())), layer
 
 
-def readme_layout() -> set[str]:
-    """The module paths README's Layout lists, read from its indented tree."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Layout") :]
+def documented_layout() -> set[str]:
+    """The module paths the developers' page lists under Layout, read from its indented tree."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    section = page[page.index("## Layout") :]
     block = section.split("```")[1]
     folders: list[str] = []
     listed = set()
@@ -231,10 +231,10 @@ def readme_layout() -> set[str]:
     return listed
 
 
-def test_the_readme_layout_lists_exactly_the_modules_of_the_tree():
+def test_the_documented_layout_lists_exactly_the_modules_of_the_tree():
     tree = {str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if p.name != "__init__.py"}
-    listed = readme_layout()
-    assert tree - listed == set(), f"README's Layout does not list {sorted(tree - listed)}"
+    listed = documented_layout()
+    assert tree - listed == set(), f"docs/development.md's Layout lacks {sorted(tree - listed)}"
     assert listed - tree == set(), (
-        f"README's Layout lists modules that are gone: {sorted(listed - tree)}"
+        f"docs/development.md's Layout lists modules that are gone: {sorted(listed - tree)}"
     )

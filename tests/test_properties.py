@@ -316,7 +316,7 @@ def test_images_to_load_become_uint8_n_h_w_c_or_float32_rows_and_int32_classes_o
 
 # -- merge options ---------------------------------------------------------------------------------
 
-# The documented ranges (README's merge rules, each rule's docstring), written out here so that
+# The documented ranges (the user guide's merge rules, each rule's docstring), written out here so that
 # the test does not take them from the code it tests: (low, low included, high, high included).
 INF = math.inf
 DOCUMENTED = {

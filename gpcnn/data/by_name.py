@@ -25,7 +25,25 @@ def check_path(name: str, path: str | os.PathLike[str] | None) -> None:
 
 
 def load_by_name(name: str, path: str | os.PathLike[str] | None = None) -> tuple[Dataset, str]:
-    """A dataset by its command-line name, and a source string for the table catalog."""
+    """A dataset by its command-line name, and a source string for the table catalog.
+
+    Parameters
+    ----------
+    name : {"fashion-mnist", "mnist", "mnist-sample", "cifar10"}
+        The dataset (``DATASET_NAMES``).
+    path : str or path-like, optional
+        Where its files are: needed by "mnist" and "cifar10", refused by "mnist-sample".
+
+    Returns
+    -------
+    tuple of (Dataset, str)
+        The dataset, and where it came from, as ``load_images(source=...)`` records it.
+
+    Raises
+    ------
+    DatasetError
+        For an unknown name, or a path given or missing against the rules above.
+    """
     check_path(name, path)
     if name == "fashion-mnist":
         return load_fashion_mnist(path), f"fashion-mnist ({path or FASHION_MNIST_DIR})"

@@ -34,6 +34,22 @@ def load_cifar10(path: str | os.PathLike[str]) -> Dataset:
 
     The batch files are pickles, so they are unpickled with an unpickler that can build
     numpy arrays and nothing else: a crafted file cannot run code.
+
+    Parameters
+    ----------
+    path : str or path-like
+        ``cifar-10-python.tar.gz`` or the directory it extracts to (nothing is downloaded).
+
+    Returns
+    -------
+    Dataset
+        ``x_train``, ``y_train``, ``x_test``, ``y_test`` (uint8 images (N, H, W[, C]), int64
+        labels) and ``class_names``; ``.train`` and ``.test`` as image sources.
+
+    Raises
+    ------
+    DatasetError
+        When the archive or a batch file cannot be read.
     """
     path = Path(path)
     with _reading(path) as read:
@@ -47,9 +63,22 @@ def load_cifar10(path: str | os.PathLike[str]) -> Dataset:
 
 @dataclass(frozen=True, eq=False)
 class Cifar10Files(ImageSource):
-    """One split of CIFAR-10's files as an image source, decoded one batch file at a time, so that
-    loading it never holds more than one file's images (10,000). Build one with
-    ``load_cifar10_files``; it loads in the files' order (CIFAR-10's batches are shuffled)."""
+    """One split of CIFAR-10's files as an image source, decoded one batch file at a time.
+
+    Loading it never holds more than one file's images (10,000). Build one with
+    ``load_cifar10_files``; it loads in the files' order (CIFAR-10's batches are shuffled).
+
+    Parameters
+    ----------
+    path : Path
+        The archive or directory.
+    names : tuple of str
+        The batch files of the split, in order.
+    class_names : tuple of str
+        CIFAR-10's ten class names.
+    file_labels : tuple of ndarray
+        Each file's labels, read when the source was made.
+    """
 
     what: ClassVar[str] = "CIFAR-10's files"
     image_shape: ClassVar[tuple[int, int, int]] = (_CIFAR_SIDE, _CIFAR_SIDE, 3)
@@ -63,12 +92,26 @@ class Cifar10Files(ImageSource):
 
     @property
     def labels(self) -> np.ndarray:
+        """Every image's label, in loading order."""
         return np.concatenate(self.file_labels)
 
     def batches(
         self, batch_size: int | None = None, *, progress: bool = True
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The images file after file, at most ``batch_size`` at a time (default: a whole file)."""
+        """The images file after file, at most ``batch_size`` at a time.
+
+        Parameters
+        ----------
+        batch_size : int, optional
+            Images per batch (default: a whole file, 10,000).
+        progress : bool, default True
+            Accepted for the interface; files are decoded too fast to need a bar.
+
+        Yields
+        ------
+        tuple of ndarray
+            ``(x, y)``: uint8 images (n, 32, 32, 3) and their int64 labels.
+        """
         with _reading(self.path) as read:
             for name in self.names:
                 x, y = _cifar_batch(*read(name), len(self.class_names))
@@ -78,8 +121,27 @@ class Cifar10Files(ImageSource):
 
 
 def load_cifar10_files(path: str | os.PathLike[str], split: str = "train") -> Cifar10Files:
-    """CIFAR-10's ``split`` ("train": the five data batches, or "test") as an image source, for
-    ``load_images``: read like ``load_cifar10``, but only the labels are kept until it loads."""
+    """CIFAR-10's train or test split as an image source for ``load_images``.
+
+    Read like ``load_cifar10``, but only the labels are kept until it loads.
+
+    Parameters
+    ----------
+    path : str or path-like
+        ``cifar-10-python.tar.gz`` or the directory it extracts to.
+    split : {"train", "test"}, default "train"
+        The five data batches, or the test batch.
+
+    Returns
+    -------
+    Cifar10Files
+        An image source (``gpcnn.load_images(db, table, source)``).
+
+    Raises
+    ------
+    DatasetError
+        For another split, or files that cannot be read.
+    """
     if split not in ("train", "test"):
         raise DatasetError(f"split must be 'train' or 'test', not {split!r}")
     path = Path(path)

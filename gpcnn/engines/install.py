@@ -128,9 +128,20 @@ def install(database: Database | str | None = None) -> str:
 
 @database_argument
 def uninstall(database: Database | str | None = None, *, keep_data: bool = False) -> None:
-    """Remove gpcnn's functions and aggregates and, unless ``keep_data``, its tables (runs and the
-    catalog; image tables themselves stay, in their own schemas). The schema goes too if empty,
-    and then the role ``<schema>_user`` unless it still has privileges elsewhere."""
+    """Remove gpcnn's functions and aggregates and, unless told to keep them, its tables.
+
+    Its tables are the runs, checkpoints, model library and the image-table catalog; image tables
+    themselves stay, in their own schemas. The schema goes too if empty, and then the role
+    ``<schema>_user`` unless it still has privileges elsewhere. Needs a superuser.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None: ``$GPCNN_DATABASE_URL``, else the
+        embedded PostgreSQL.
+    keep_data : bool, default False
+        Keep gpcnn's tables (a later ``install`` finds them again).
+    """
     db = connect(database)
     backend = db.backend
     with db.begin() as conn:

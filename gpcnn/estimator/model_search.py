@@ -68,14 +68,50 @@ def fit_multiple(
     on_start: Callable[[list[int]], None] | None = None,
     **common: Any,
 ) -> list[GreenplumCNN]:
-    """Train every configuration (``GreenplumCNN`` parameters; ``common`` are shared) for
-    ``epochs`` epochs by the model hopper, each a stored run; returns them as fitted
-    estimators, in order (``run_id_``, ``history_``). All are checked before any run is made:
-    a bad one (unknown optimizer, a model that does not fit the table, a duplicate) is refused
-    naming it. ``resume``: the run ids of an earlier call with the same configurations, in order
-    (a run at another place or with other parameters is refused), continued from each one's last
-    stored epoch; ``on_start`` is given them before any training (to keep for a resume after the
-    client is killed)."""
+    """Train many configurations at once by the model hopper, each a stored run.
+
+    MADlib's ``madlib_keras_fit_multiple_model``: the models visit the segments in turn, with no
+    merge. All configurations are checked before any run is made: a bad one (unknown optimizer, a
+    model that does not fit the table, a duplicate) is refused naming it.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None: ``$GPCNN_DATABASE_URL``, else the
+        embedded PostgreSQL.
+    table : str
+        The image table to train on.
+    configs : sequence of dict
+        ``GreenplumCNN`` parameters, one dict per configuration (``model``, ``optimizer``,
+        ``learning_rate``, ``batch_size``, ...).
+    epochs : int, default 1
+        Passes over the table; each model sees every row once per epoch.
+    validation_table : str, optional
+        Evaluated after every epoch for every model.
+    resume : sequence of int, optional
+        The run ids of an earlier call with the same configurations, in order (a run at another
+        place or with other parameters is refused), continued from each one's last stored epoch.
+    on_start : callable, optional
+        Given the run ids before any training, to keep for a resume after the client is killed.
+    **common
+        ``GreenplumCNN`` parameters shared by every configuration.
+
+    Returns
+    -------
+    list of GreenplumCNN
+        The fitted estimators, in the order of ``configs`` (``run_id_``, ``history_``).
+
+    Raises
+    ------
+    ValueError
+        For a bad configuration, a duplicate, bad ``epochs`` or a ``resume`` that does not match.
+
+    Examples
+    --------
+    >>> configs = [{"model": models.small_cnn(), "learning_rate": lr} for lr in (0.01, 0.03)]
+    >>> ests = gpcnn.fit_multiple(db, "fm.train", configs, epochs=5,
+    ...                           validation_table="fm.test")  # doctest: +SKIP
+    """
     if not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
     if not configs:
@@ -163,14 +199,48 @@ def _rates(model_json: str, options) -> Any:
 
 
 class GreenplumModelSearch(BaseEstimator):
-    """Model selection by the hopper: every configuration of ``param_grid`` (scikit-learn's
-    ``ParameterGrid``), or ``n_iter`` drawn from ``param_distributions`` (``ParameterSampler``),
-    over ``GreenplumCNN`` parameters (model, optimizer, learning_rate, batch_size, ...), trained at
-    once for ``epochs`` epochs; ``estimator_params`` are shared. The best has the highest last
-    validation accuracy (training accuracy without a validation table).
+    """Model selection by the hopper, as scikit-learn's searches select by cross-validation.
 
-    Attributes: ``estimators_`` (fitted, one per configuration), ``cv_results_`` (params,
-    run_id, score, rank), ``best_index_``, ``best_params_``, ``best_score_``, ``best_estimator_``.
+    Every configuration of ``param_grid``, or ``n_iter`` drawn from ``param_distributions``, over
+    ``GreenplumCNN`` parameters (model, optimizer, learning_rate, batch_size, ...), trained at
+    once for ``epochs`` epochs. The best has the highest last validation accuracy (training
+    accuracy without a validation table).
+
+    Parameters
+    ----------
+    param_grid : dict or list of dict, optional
+        As scikit-learn's ``ParameterGrid`` takes it. Give this or ``param_distributions``.
+    param_distributions : dict, optional
+        As scikit-learn's ``ParameterSampler`` takes it.
+    n_iter : int, default 10
+        Configurations drawn from ``param_distributions``.
+    random_state : int, optional
+        The draw's seed.
+    epochs : int, default 1
+        Passes over the table for every configuration.
+    validation_table : str, optional
+        Scores the configurations (else their training accuracy does).
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    estimator_params : dict, optional
+        ``GreenplumCNN`` parameters every configuration shares.
+
+    Attributes
+    ----------
+    estimators_ : list of GreenplumCNN
+        Fitted, one per configuration.
+    cv_results_ : dict
+        ``params``, ``run_id``, ``score`` and ``rank``, one entry per configuration.
+    best_index_, best_params_, best_score_, best_estimator_
+        The best configuration.
+
+    Examples
+    --------
+    >>> search = gpcnn.GreenplumModelSearch({"learning_rate": [0.01, 0.03]}, epochs=5,
+    ...     validation_table="fm.test", database=db,
+    ...     estimator_params={"model": models.small_cnn()})
+    >>> search.fit("fm.train").best_params_  # doctest: +SKIP
+    {'learning_rate': 0.03}
     """
 
     def __init__(
@@ -195,7 +265,13 @@ class GreenplumModelSearch(BaseEstimator):
         self.estimator_params = estimator_params
 
     def configurations(self) -> list[dict]:
-        """The configurations this search trains, in order."""
+        """The configurations this search trains, in order.
+
+        Returns
+        -------
+        list of dict
+            ``GreenplumCNN`` parameters, one dict per configuration.
+        """
         if (self.param_grid is None) == (self.param_distributions is None):
             raise ValueError("give param_grid or param_distributions, not both or neither")
         if self.param_grid is not None:
@@ -205,8 +281,22 @@ class GreenplumModelSearch(BaseEstimator):
         )
 
     def fit(self, X, y=None, *, resume: Sequence[int] | None = None) -> GreenplumModelSearch:
-        """Train every configuration on the table ``X`` (``resume``: ``cv_results_["run_id"]``
-        of an interrupted search)."""
+        """Train every configuration on a table.
+
+        Parameters
+        ----------
+        X : str
+            The image table.
+        y : None
+            Not used: the table holds the labels.
+        resume : sequence of int, optional
+            ``cv_results_["run_id"]`` of an interrupted search, to continue it.
+
+        Returns
+        -------
+        GreenplumModelSearch
+            This search, fitted.
+        """
         if y is not None:
             raise ValueError(
                 "y goes with arrays: the hopper trains a table, which holds its labels"
@@ -234,9 +324,35 @@ class GreenplumModelSearch(BaseEstimator):
         return self
 
     def predict(self, X, **kwargs):
-        """The best configuration's predictions (``output_table=`` writes them into a table)."""
+        """The best configuration's predictions.
+
+        Parameters
+        ----------
+        X : str or array-like
+            A table or images, as ``GreenplumCNN.predict`` takes them.
+        **kwargs
+            ``GreenplumCNN.predict``'s options (``output_table=`` writes them into a table).
+
+        Returns
+        -------
+        ndarray or ImageTable
+            As ``GreenplumCNN.predict`` returns.
+        """
         return self.best_estimator_.predict(X, **kwargs)
 
     def score(self, X, y=None) -> float:
-        """The best configuration's accuracy on ``X``."""
+        """The best configuration's accuracy.
+
+        Parameters
+        ----------
+        X : str or array-like
+            A table or images.
+        y : array-like, optional
+            The labels of images (a table holds its own).
+
+        Returns
+        -------
+        float
+            The fraction of images classified correctly.
+        """
         return self.best_estimator_.score(X, y)

@@ -17,9 +17,38 @@ from typing import Any
 
 from gpcnn.kernel.keras_setup import keras_module
 
+# The arguments and result every named CNN shares, appended to each one's docstring.
+_BUILDER_SECTIONS = """
+    Parameters
+    ----------
+    input_shape : sequence of int, default (28, 28, 1)
+        The images' (H, W, C), as the table holds them.
+    classes : int, default 10
+        Units of the softmax layer: the table's number of classes.
 
+    Returns
+    -------
+    keras.Sequential
+        A new model, not compiled (the estimator compiles it).
+    """
+
+
+def _with_builder_sections(builder: Callable[..., Any]) -> Callable[..., Any]:
+    builder.__doc__ = (builder.__doc__ or "").rstrip() + "\n" + _BUILDER_SECTIONS
+    return builder
+
+
+@_with_builder_sections
 def small_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
-    """Two small convolutions (8 and 16 3×3 filters) and a softmax: seconds per epoch."""
+    """Two small convolutions (8 and 16 3×3 filters) and a softmax: seconds per epoch.
+
+    About 5,000 weights on 28×28×1 images.
+
+    Examples
+    --------
+    >>> from gpcnn import models
+    >>> cnn = models.small_cnn((28, 28, 1), classes=10)
+    """
     layers = keras_module().layers
     return keras_module().Sequential(
         [
@@ -34,15 +63,23 @@ def small_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> An
     )
 
 
+@_with_builder_sections
 def bn_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
-    """BatchNorm after each convolution (its moving statistics are weights the merge averages
-    too), Dropout before and after the dense layer."""
+    """Two convolutions with BatchNorm, Dropout around the dense layer.
+
+    BatchNorm's moving statistics are weights the merge averages too; about 226,000 weights on
+    28×28×1 images.
+    """
     return _two_conv(input_shape, classes, keras_module().layers.BatchNormalization)
 
 
+@_with_builder_sections
 def gn_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
-    """``bn_cnn`` with GroupNorm (8 groups of channels): every weight trainable, nothing that
-    depends on a segment's batches."""
+    """``bn_cnn`` with GroupNorm (8 groups of channels) in place of BatchNorm.
+
+    Every weight is trainable and nothing depends on a segment's batches, which helps under label
+    skew (Hsieh et al. 2020).
+    """
     layers = keras_module().layers
     return _two_conv(input_shape, classes, lambda: layers.GroupNormalization(groups=8))
 
@@ -70,8 +107,9 @@ def _two_conv(input_shape: Sequence[int], classes: int, norm: Callable[[], Any])
     )
 
 
+@_with_builder_sections
 def fedavg_cnn(input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
-    """The MNIST CNN of McMahan et al. 2017 (FedAvg)."""
+    """The MNIST CNN of McMahan et al. 2017 (FedAvg): 1,663,370 weights on 28×28×1 images."""
     keras = keras_module()
     layers = keras.layers
     return keras.Sequential(
@@ -97,7 +135,32 @@ MODELS: dict[str, Callable[..., Any]] = {
 
 
 def build(name: str, input_shape: Sequence[int] = (28, 28, 1), classes: int = 10) -> Any:
-    """A new, uncompiled model by name."""
+    """A new, uncompiled model by name.
+
+    Parameters
+    ----------
+    name : {"small-cnn", "bn-cnn", "gn-cnn", "fedavg-cnn"}
+        The model (the keys of ``MODELS``).
+    input_shape : sequence of int, default (28, 28, 1)
+        The images' (H, W, C).
+    classes : int, default 10
+        Units of the softmax layer.
+
+    Returns
+    -------
+    keras.Sequential
+        A new model, not compiled.
+
+    Raises
+    ------
+    ValueError
+        For a name not in ``MODELS``.
+
+    Examples
+    --------
+    >>> from gpcnn import models
+    >>> cnn = models.build("bn-cnn", (32, 32, 3), classes=10)
+    """
     if name not in MODELS:
         raise ValueError(f"model {name!r}: choose one of {', '.join(MODELS)}")
     return MODELS[name](input_shape, classes)
@@ -107,7 +170,25 @@ OPTIMIZERS = ("sgd", "momentum", "adam")
 
 
 def optimizer(name: str, learning_rate: float) -> Any:
-    """A study optimizer by name: plain SGD, SGD with momentum 0.9, or Adam."""
+    """A study optimizer by name: plain SGD, SGD with momentum 0.9, or Adam.
+
+    Parameters
+    ----------
+    name : {"sgd", "momentum", "adam"}
+        The optimizer (``OPTIMIZERS``).
+    learning_rate : float
+        Its learning rate.
+
+    Returns
+    -------
+    keras.optimizers.Optimizer
+        A new optimizer.
+
+    Raises
+    ------
+    ValueError
+        For a name not in ``OPTIMIZERS``.
+    """
     if name not in OPTIMIZERS:
         raise ValueError(f"optimizer {name!r}: choose one of {', '.join(OPTIMIZERS)}")
     optimizers = keras_module().optimizers

@@ -40,14 +40,33 @@ FRAME = re.compile(r'^\s*(?:File "([^"]+)"|PL/Python function "([^"]+)"), line (
 
 class TrainingError(RuntimeError):
     """Training, evaluation or prediction failed; the message says where, why and what to do.
-    ``segments``: the keys of the segments it failed on, when known."""
+
+    Parameters
+    ----------
+    message : str
+        Where (segment, host, pid), why (the Python exception and the line it came through) and
+        what to do (e.g. ``fit(table, resume=7)``).
+    segments : sequence of int, optional
+        The keys of the segments it failed on, when known (``self.segments``).
+    """
 
     def __init__(self, message: str, segments: Sequence[int] | None = None) -> None:
         super().__init__(message)
         self.segments = None if segments is None else [int(k) for k in segments]
 
     def continued(self, hint: str) -> TrainingError:
-        """The same error with what to do next appended."""
+        """The same error with what to do next appended.
+
+        Parameters
+        ----------
+        hint : str
+            What to do next.
+
+        Returns
+        -------
+        TrainingError
+            A new error, on the same segments.
+        """
         return TrainingError(f"{self}; {hint}", self.segments)
 
 

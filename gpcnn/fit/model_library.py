@@ -46,9 +46,44 @@ def store_model(
     description: str | None = None,
     replace: bool = False,
 ) -> str:
-    """Store the Keras ``model`` under ``name``: its architecture, and its weights unless
-    ``weights=False`` (then a fit starts from the weights Keras initialises). Refused before
-    anything is written if it does not rebuild in safe mode or is not float32. Returns ``name``."""
+    """Store a Keras model under a name: its architecture, and its weights unless told not to.
+
+    MADlib's ``load_keras_model``. The model is refused before anything is written if it does not
+    rebuild in Keras's safe mode (a ``Lambda`` layer) or its weights are not float32.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None: ``$GPCNN_DATABASE_URL``, else the
+        embedded PostgreSQL.
+    name : str
+        The library name (letters, digits, ``-``, ``_`` and ``.``).
+    model : keras.Model
+        The model; only its architecture and weights are stored, not its optimizer.
+    weights : bool, default True
+        Store the weights too; without them a fit starts from the weights Keras initialises.
+    description : str, optional
+        Free text shown by ``list_models``.
+    replace : bool, default False
+        Overwrite a model stored under the same name (otherwise that is an error).
+
+    Returns
+    -------
+    str
+        ``name``, checked.
+
+    Raises
+    ------
+    ValueError
+        For a bad name, a name taken (without ``replace``), or a model that does not rebuild in
+        safe mode.
+
+    Examples
+    --------
+    >>> gpcnn.store_model(db, "fm-base", models.small_cnn(), description="for fm.train")
+    'fm-base'
+    >>> GreenplumCNN("fm-base", database=db).fit("fm.train")  # doctest: +SKIP
+    """
     name = _checked_name(name)
     model_json = model.to_json()
     wire.manifest(_safe(model_json, name))  # refuses mixed precision
@@ -61,8 +96,20 @@ def store_model(
 
 @database_argument
 def list_models(database: Database | str | None = None) -> list[dict]:
-    """One dict per stored model: name, description, whether weights are stored, their bytes,
-    the number of weights, when and by which gpcnn version it was stored."""
+    """The models stored in the library.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None: ``$GPCNN_DATABASE_URL``, else the
+        embedded PostgreSQL.
+
+    Returns
+    -------
+    list of dict
+        One per model: ``name``, ``description``, ``weights`` (whether weights are stored),
+        ``stored_bytes``, ``created_at`` (ISO 8601) and ``gpcnn_version``.
+    """
     db = connect(database)
     with db.begin() as conn:
         entries = Library(conn, db.backend).entries()
@@ -82,7 +129,26 @@ def _summary(entry: StoredModel) -> dict:
 
 @database_argument
 def load_model(database: Database | str | None, name: str) -> Any:
-    """The stored model, rebuilt in safe mode (uncompiled), with its stored weights if any."""
+    """A stored model, rebuilt in safe mode (uncompiled), with its stored weights if any.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None: ``$GPCNN_DATABASE_URL``, else the
+        embedded PostgreSQL.
+    name : str
+        Its name in the library.
+
+    Returns
+    -------
+    keras.Model
+        A new, uncompiled model.
+
+    Raises
+    ------
+    ValueError
+        When no model is stored under ``name``.
+    """
     db = connect(database)
     with db.begin() as conn:
         entry = Library(conn, db.backend).load(_checked_name(name))
@@ -99,7 +165,21 @@ def load_model(database: Database | str | None, name: str) -> Any:
 
 @database_argument
 def delete_model(database: Database | str | None, name: str) -> bool:
-    """Delete a stored model and its weights; whether it was there."""
+    """Delete a stored model and its weights.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None: ``$GPCNN_DATABASE_URL``, else the
+        embedded PostgreSQL.
+    name : str
+        Its name in the library.
+
+    Returns
+    -------
+    bool
+        Whether a model of that name was there.
+    """
     db = connect(database)
     with db.begin() as conn:
         return Library(conn, db.backend).delete(_checked_name(name))

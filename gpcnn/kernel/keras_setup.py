@@ -16,7 +16,22 @@ _threads: int | None = None
 
 
 def keras_module(threads: int | None = None) -> Any:
-    """Import Keras, fixing TensorFlow's settings first (thread counts only work before TF starts)."""
+    """Import Keras, fixing TensorFlow's settings first (thread counts only work before TF starts).
+
+    oneDNN off (it changes results), TensorFlow's log quiet, Keras on TensorFlow: the settings the
+    segments use, so that a model built here trains as it does in the database.
+
+    Parameters
+    ----------
+    threads : int, optional
+        TensorFlow's intra- and inter-op threads, set by the first call that gives them (later
+        calls cannot change them once TensorFlow has started).
+
+    Returns
+    -------
+    module
+        The ``keras`` module.
+    """
     global _threads
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

@@ -164,7 +164,29 @@ def replica_line(replicas: list[dict]) -> str:
 
 @database_argument
 def check_environment(database: Database | str | None = None) -> EnvironmentReport:
-    """Probe every segment's Python; raise one actionable error for each missing piece."""
+    """Probe every segment's Python; raise one actionable error for each missing piece.
+
+    What ``gpcnn doctor`` prints: the engine and its version, the segments, and the Python,
+    TensorFlow, Keras and numpy versions that ``plpython3u`` sees on each segment.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None: ``$GPCNN_DATABASE_URL``, else the
+        embedded PostgreSQL.
+
+    Returns
+    -------
+    EnvironmentReport
+        The facts; ``str()`` of it is the report, ``as_dict()`` its fields.
+
+    Raises
+    ------
+    ServerPythonError
+        When TensorFlow, Keras or numpy cannot be imported inside the server, with what to do.
+    InstallError
+        When ``plpython3u`` is missing or gpcnn cannot be installed.
+    """
     db = connect(database)
     with db.begin() as conn:
         ensure_plpython(conn)
