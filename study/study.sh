@@ -17,6 +17,11 @@
 #                               # fedprox (mu 0.01, 0.1), fedadam; gn-cnn (GroupNorm) with one
 #                               # worker and average; seed 0 of all first
 #   bash study/study.sh g ARGS  # gn-cnn with the best of them, e.g. g --merge scaffold
+#   bash study/study.sh i       # remedies for label skew alpha 0.1, K = 4 (issue 47): a shared
+#                               # sample of 1 % and 5 %, pooled BatchNorm statistics, FedNova,
+#                               # SCAFFOLD with GroupNorm at 4 merges per epoch; seed 0 of all first
+#   bash study/study.sh i3 ARGS # the third seed (its own Dirichlet draw) of the average, the IID
+#                               # average (part a's) and the best remedy, e.g. i3 --merge fednova
 #   bash study/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
 #                               # 32, 64) by the model hopper and one after another with average
 #                               # and bmuf, K = 4 (docs/merge.md, "The model hopper")
@@ -33,7 +38,7 @@
 # its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: study/study.sh sweep|a|b|c|d|e|f|g|h}
+part=${1:?usage: study/study.sh sweep|a|b|c|d|e|f|g|h|i}
 py=(nice -n "${STUDY_NICE:-0}" .venv/bin/python)
 gpcnn=("${py[@]}" -m gpcnn.tools.cli)
 schema=(--schema gpcnn_study)  # a schema of its own: nothing else upgrades its functions
@@ -139,6 +144,34 @@ g)
     "${study[@]}" --seeds $seed --merge scaffold,fedadam
     "${study[@]}" --seeds $seed --merge fedprox --merge-option mu=0.01,0.1
     "${study[@]}" --seeds $seed --model gn-cnn --merge single,average
+  done
+  ;;
+i | i3)
+  # Part g's tables and settings; the average under skew (part c's) and one worker (part a's)
+  # are reused. FedNova's momentum correction assumes each segment starts its momentum at zero,
+  # so it runs with optimizer_state reset; the others keep part g's local state.
+  mkdir -p "$out/i/runs"
+  skewed=fashion-mnist-average-k4-m1-shuffled-bn-cnn-momentum-os-local-skew0.1
+  cp -n "$out/c/runs/$skewed.json" "$out/c/runs/$skewed-s1.json" "$out/i/runs/"
+  reuse_from_a i $single
+  momentum=(--optimizer momentum --learning-rate "$(lr momentum)")
+  study=("${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --segments 4 --target 0.9
+    --out "$out/i")
+  keep_state=(--optimizer-state local)
+  if [ "$part" = i3 ]; then
+    cp -n "$out/a/runs/fashion-mnist-average-k4-m1-shuffled-bn-cnn-momentum-os-local-s2.json" \
+      "$out/a/runs/$single-s2.json" "$out/i/runs/"
+    "${study[@]}" --seeds 2 "${keep_state[@]}" --skew 0.1 --merge average
+    "${study[@]}" --seeds 2 --skew 0.1 "${@:2}"
+    exit
+  fi
+  for seed in ${STUDY_SEEDS:-0 1}; do
+    "${study[@]}" --seeds $seed "${keep_state[@]}" --skew 0.1 --merge average --shared-sample 0.01,0.05
+    "${study[@]}" --seeds $seed "${keep_state[@]}" --skew 0.1 --merge average \
+      --merge-option batchnorm_statistics=pooled
+    "${study[@]}" --seeds $seed --optimizer-state reset --skew 0.1 --merge fednova
+    "${study[@]}" --seeds $seed "${keep_state[@]}" --skew 0.1 --model gn-cnn --merge scaffold \
+      --merges-per-epoch 4
   done
   ;;
 h)
