@@ -14,7 +14,7 @@ test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 lint: setup
-	$(VENV)/bin/ruff check gpcnn tests examples bench scripts docs
+	$(VENV)/bin/ruff check gpcnn tests examples bench scripts study docs
 
 db-start: setup
 	$(VENV)/bin/gpcnn db start

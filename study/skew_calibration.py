@@ -1,0 +1,35 @@
+"""The label-skew index of the study's tables, which calibrates the fit's warning threshold
+(``gpcnn.data.label_skew.SKEW_THRESHOLD``; docs/convergence.md, "Label skew measured in the table").
+
+    .venv/bin/python study/skew_calibration.py
+
+No database: the index (largest segment, image-weighted mean) of the Fashion-MNIST training tables
+at K = 4 as ``load_images`` deals them (IID, Dirichlet α = 1 and α = 0.1, seeds 0 to 2), and of small
+IID tables, whose index is sampling noise.
+"""
+
+from __future__ import annotations
+
+from gpcnn import datasets
+from gpcnn.data.dealing import class_counts, deal
+from gpcnn.engines.label_skew import skew_index
+
+
+def main() -> None:
+    y = datasets.load_fashion_mnist().y_train
+    print("| table (K = 4) | seed | largest segment | image-weighted mean |")
+    print("|---|---|---|---|")
+    for distribution, alpha in (("iid", None), ("label-skew", 1.0), ("label-skew", 0.1)):
+        for seed in (0, 1, 2):
+            order, counts = deal(y, 4, seed, distribution, alpha)
+            index = skew_index(class_counts(y, order, counts, 10))
+            label = "IID" if alpha is None else f"α = {alpha:g}"
+            print(f"| {label} | {seed} | {index.max:.3f} | {index.mean:.3f} |")
+    for n, k in ((1_000, 4), (1_000, 16), (4_000, 16)):
+        order, counts = deal(y[:n], k, 0)
+        index = skew_index(class_counts(y[:n], order, counts, 10))
+        print(f"| IID, {n:,} images, K = {k} | 0 | {index.max:.3f} | {index.mean:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
