@@ -22,6 +22,11 @@
 #                               # SCAFFOLD with GroupNorm at 4 merges per epoch; seed 0 of all first
 #   bash study/study.sh i3 ARGS # the third seed (its own Dirichlet draw) of the average, the IID
 #                               # average (part a's) and the best remedy, e.g. i3 --merge fednova
+#   bash study/study.sh j       # K = 16 and 2 (issue 49): average, bmuf, bmuf at 4 merges per
+#                               # epoch, IID; K = 4, 8 and one worker are parts a's and f's; the
+#                               # segment processes' peak memory into j/peak-rss.txt
+#   bash study/study.sh j3      # epochs 1-3 of the reused K = 4, 8 runs again, for their drift
+#                               # ratios (a rerun is bit-identical), into j/early/
 #   bash study/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
 #                               # 32, 64) by the model hopper and one after another with average
 #                               # and bmuf, K = 4 (docs/merge.md, "The model hopper")
@@ -38,7 +43,7 @@
 # its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: study/study.sh sweep|a|b|c|d|e|f|g|h|i}
+part=${1:?usage: study/study.sh sweep|a|b|c|d|e|f|g|h|i|i3|j|j3}
 py=(nice -n "${STUDY_NICE:-0}" .venv/bin/python)
 gpcnn=("${py[@]}" -m gpcnn.tools.cli)
 schema=(--schema gpcnn_study)  # a schema of its own: nothing else upgrades its functions
@@ -174,6 +179,46 @@ i | i3)
       --merges-per-epoch 4
   done
   ;;
+j | j3)
+  mkdir -p "$out/j/runs"
+  iid=shuffled-bn-cnn-momentum-os-local
+  reuse_from_a j $single fashion-mnist-{average,bmuf}-k{4,8}-m1-$iid
+  for k in 4 8; do
+    cp -n "$out/f/runs/fashion-mnist-bmuf-k$k-m4-$iid.json" \
+      "$out/f/runs/fashion-mnist-bmuf-k$k-m4-$iid-s1.json" "$out/j/runs/"
+  done
+  momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
+  if [ "$part" = j3 ]; then
+    for seed in 0 1; do
+      for k in 4 8; do
+        "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --iterations 3 --segments $k \
+          --seeds $seed --merge average,bmuf --out "$out/j/early"
+        "${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --iterations 3 --segments $k \
+          --seeds $seed --merge bmuf --merges-per-epoch 4 --out "$out/j/early"
+      done
+    done
+    exit
+  fi
+  study=("${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --target 0.9 --out "$out/j")
+  # The largest VmHWM (peak resident memory, kB) of any server process, sampled every 5 s.
+  (
+    while sleep 5; do
+      peak=$(cat "$out/j/peak-rss.txt" 2>/dev/null || echo 0)
+      now=$(for pid in $(pgrep -x postgres); do awk '/VmHWM/ {print $2}' "/proc/$pid/status"; done \
+        2>/dev/null | sort -n | tail -1)
+      now=${now:-0}
+      ((now > peak)) && echo "$now" >"$out/j/peak-rss.txt"
+    done
+  ) &
+  sampler=$!
+  trap 'kill $sampler' EXIT
+  for seed in ${STUDY_SEEDS:-0 1}; do
+    for k in 16 2; do
+      "${study[@]}" --segments $k --seeds $seed --merge average,bmuf
+      "${study[@]}" --segments $k --seeds $seed --merge bmuf --merges-per-epoch 4
+    done
+  done
+  ;;
 h)
   # ~12 bn-cnn runs' worth (4 configurations x 3 methods x 15 epochs), about 1.5 h at part a's
   # 30 s per K = 4 epoch; the hopper's run ids are kept in $out/h/hopper-runs.json to resume.
@@ -182,7 +227,7 @@ h)
     --configs "$configs" --target 0.9 --out "$out/h"
   ;;
 *)
-  echo "unknown part $part: sweep, a, b, c, d, e, f, g or h" >&2
+  echo "unknown part $part: sweep, a, b, c, d, e, f, g, h, i, i3, j or j3" >&2
   exit 2
   ;;
 esac

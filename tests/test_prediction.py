@@ -13,14 +13,15 @@ from gpcnn.study.prediction import (
     GapPoints,
     fit_early_warning,
     fit_gap_model,
+    fit_gap_models,
     gap_points,
     spearman,
 )
 
 
-def history(run, merge, segments, value, seed=0, merges=1.0, epoch=15.0):
+def history(run, merge, segments, value, seed=0, merges=1.0, epoch=15.0, early=""):
     meta = {"run": run, "setting": run.rsplit("-s", 1)[0], "merge": merge, "segments": segments,
-            "merges_per_epoch": merges, "seed": seed}  # fmt: skip
+            "merges_per_epoch": merges, "seed": seed, "early_merges": early}  # fmt: skip
     return [
         {**meta, "epoch": 1.0, "val_accuracy": 0.5},
         {**meta, "epoch": epoch, "val_accuracy": value},
@@ -42,6 +43,17 @@ def test_gaps_are_points_below_the_mean_of_the_one_worker_runs_per_rule_and_k():
     assert found[("bmuf", 4.0)][4] == pytest.approx((-0.5,))
 
 
+def test_a_post_local_schedule_is_its_own_setting_not_the_rules_one_merge_per_epoch():
+    rows = [
+        *history("single-s0", "single", 1, 0.91),
+        *history("avg-k8-s0", "average", 8, 0.90),
+        *history("avg-k8-m8-8-1-s0", "average", 8, 0.80, early="8-8"),
+    ]
+    found = {(p.rule, p.merges_per_epoch, p.early_merges): p.gaps for p in gap_points(rows, 15)}
+    assert found[("average", 1.0, "")][8] == pytest.approx((1.0,))
+    assert found[("average", 1.0, "8-8")][8] == pytest.approx((11.0,))
+
+
 def test_gap_points_refuse_rows_without_a_reference_at_that_epoch():
     with pytest.raises(ValueError, match="no 'single' run reaches epoch 15"):
         gap_points(history("avg-k4-s0", "average", 4, 0.9), 15)
@@ -54,6 +66,15 @@ def test_the_model_recovers_a_noiseless_power_law_and_predicts_it_exactly():
     prediction, low, high = model.predict(16)
     assert prediction == pytest.approx(0.3 * 15**0.8)
     assert low == pytest.approx(prediction) and high == pytest.approx(prediction)
+
+
+def test_settings_sharing_the_exponent_keep_their_own_scales():
+    gaps = {k: (0.3 * (k - 1) ** 0.8,) * 2 for k in (4, 8)}
+    small = {k: (0.1 * (k - 1) ** 0.8,) * 2 for k in (4, 8)}
+    models = fit_gap_models([GapPoints("average", 1.0, gaps), GapPoints("bmuf", 1.0, small)], 50)
+    assert [m.a for m in models] == pytest.approx([0.3, 0.1])
+    assert [m.p for m in models] == pytest.approx([0.8, 0.8])
+    assert models[1].predict(16)[0] == pytest.approx(0.1 * 15**0.8)
 
 
 def test_the_interval_covers_the_truth_about_as_often_as_it_says():

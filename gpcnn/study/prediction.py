@@ -7,6 +7,7 @@ points; one point per seed. The growth model is a power law through the origin (
 no gap), ``gap(K) = a * (K - 1) ** p``, fitted by least squares on every seed's gap, with ``p`` on a
 grid. Its interval comes from a bootstrap over seeds (each K's seeds drawn with replacement, the
 model refitted) plus the noise of the mean of the seeds that will measure it, from the residuals.
+Several settings (rules, merge frequencies) can share the exponent: ``fit_gap_models``.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ EXPONENTS = tuple(round(0.25 + 0.05 * i, 2) for i in range(36))  # 0.25 .. 2.0
 
 @dataclass(frozen=True)
 class GapPoints:
-    """The measured gaps of one rule at one merge frequency: K -> one gap per seed, in points."""
+    """The measured gaps of one rule at one merge frequency: K -> one gap per seed, in points.
+    ``early_merges`` is the schedule of a post-local run (e.g. ``"8-8"``), empty for none."""
 
     rule: str
     merges_per_epoch: float
     gaps: dict[int, tuple[float, ...]]
+    early_merges: str = ""
 
 
 def gap_points(
@@ -52,32 +55,42 @@ def gap_points(
             f"no {reference_merge!r} run reaches epoch {epoch}: nothing to compare with"
         )
     base = statistics.fmean(reference)
-    found: dict[tuple[str, float], dict[int, list[float]]] = {}
+    found: dict[tuple[str, float, str], dict[int, list[float]]] = {}
     for histories in by_setting.values():
         for history in histories:
             first = history[0]
             value = at_epoch(history, epoch, "val_accuracy")
             if first["merge"] == reference_merge or value is None:
                 continue
-            key = (first["merge"], float(first["merges_per_epoch"]))
+            key = (
+                first["merge"],
+                float(first["merges_per_epoch"]),
+                first.get("early_merges") or "",
+            )
             found.setdefault(key, {}).setdefault(int(first["segments"]), []).append(
                 100.0 * (base - value)
             )
     return [
-        GapPoints(rule, merges, {k: tuple(v) for k, v in sorted(gaps.items())})
-        for (rule, merges), gaps in sorted(found.items())
+        GapPoints(rule, merges, {k: tuple(v) for k, v in sorted(gaps.items())}, early)
+        for (rule, merges, early), gaps in sorted(found.items())
     ]
 
 
-def _least_squares(points: Sequence[tuple[int, float]]) -> tuple[float, float, float]:
-    """``(a, p, sse)`` of ``gap = a * (K - 1) ** p`` over (K, gap) points, ``p`` on EXPONENTS."""
+def _least_squares(
+    groups: Sequence[Sequence[tuple[int, float]]],
+) -> tuple[tuple[float, ...], float, float]:
+    """``(a per group, p, sse)`` of ``gap = a_g * (K - 1) ** p`` over each group's (K, gap) points,
+    one exponent ``p`` on EXPONENTS shared by the groups."""
     best = None
     for p in EXPONENTS:
-        xs = [(k - 1) ** p for k, _ in points]
-        a = sum(x * g for x, (_, g) in zip(xs, points, strict=True)) / sum(x * x for x in xs)
-        sse = sum((g - a * x) ** 2 for x, (_, g) in zip(xs, points, strict=True))
+        scales, sse = [], 0.0
+        for points in groups:
+            xs = [(k - 1) ** p for k, _ in points]
+            a = sum(x * g for x, (_, g) in zip(xs, points, strict=True)) / sum(x * x for x in xs)
+            scales.append(a)
+            sse += sum((g - a * x) ** 2 for x, (_, g) in zip(xs, points, strict=True))
         if best is None or sse < best[2]:
-            best = (a, p, sse)
+            best = (tuple(scales), p, sse)
     assert best is not None
     return best
 
@@ -107,19 +120,36 @@ class GapModel:
         return self.a * x**self.p, low, high
 
 
-def fit_gap_model(points: GapPoints, draws: int = 2000, seed: int = 0) -> GapModel:
-    """Fit the power law to every seed's gap, and ``draws`` bootstrap refits over seeds."""
-    flat = [(k, g) for k, gaps in points.gaps.items() for g in gaps]
-    if len({k for k, _ in flat}) < 2:
-        raise ValueError(f"{points.rule}: gaps at two values of K at least are needed to fit")
-    a, p, sse = _least_squares(flat)
-    dof = max(len(flat) - 2, 1)
+def fit_gap_models(points: Sequence[GapPoints], draws: int = 2000, seed: int = 0) -> list[GapModel]:
+    """Fit the power law to every seed's gap of each setting, one scale ``a`` per setting and one
+    exponent ``p`` for all, and ``draws`` bootstrap refits over seeds (every setting's seeds drawn
+    again together). A shared exponent lets a setting whose small-K gaps are within noise borrow
+    the curvature of one whose gaps are not; with one setting it is that setting's own."""
+    groups = [[(k, g) for k, gaps in each.gaps.items() for g in gaps] for each in points]
+    for each, group in zip(points, groups, strict=True):
+        if len({k for k, _ in group}) < 2:
+            raise ValueError(f"{each.rule}: gaps at two values of K at least are needed to fit")
+    scales, p, sse = _least_squares(groups)
+    dof = max(sum(map(len, groups)) - len(groups) - 1, 1)
     rng = random.Random(seed)
     refits = []
     for _ in range(draws):
-        sample = [(k, rng.choice(gaps)) for k, gaps in points.gaps.items() for _ in gaps]
-        refits.append(_least_squares(sample)[:2])
-    return GapModel(points, a, p, math.sqrt(sse / dof), tuple(refits))
+        sample = [
+            [(k, rng.choice(gaps)) for k, gaps in each.gaps.items() for _ in gaps]
+            for each in points
+        ]
+        refit_scales, refit_p, _ = _least_squares(sample)
+        refits.append([(a, refit_p) for a in refit_scales])
+    residual_sd = math.sqrt(sse / dof)
+    return [
+        GapModel(each, scales[i], p, residual_sd, tuple(r[i] for r in refits))
+        for i, each in enumerate(points)
+    ]
+
+
+def fit_gap_model(points: GapPoints, draws: int = 2000, seed: int = 0) -> GapModel:
+    """Fit the power law to one setting's gaps (its own exponent), and its bootstrap refits."""
+    return fit_gap_models([points], draws, seed)[0]
 
 
 def _ranks(values: Sequence[float]) -> list[float]:
