@@ -30,8 +30,8 @@ def handles(native_db):
     the same images and seed: the same shards under different keys."""
     if "sessions" not in native_db.backend.dispatches:
         pytest.skip(
-            f"{native_db.backend.kind} runs one dispatch: bench/seed_engines.py compares it "
-            "with PostgreSQL"
+            f"{native_db.backend.kind} runs one dispatch: docs/greenplum-results.md, 'The same "
+            "seed on both engines', compares it with PostgreSQL"
         )
     statement = gpcnn.connect(database_url(), schema=TEST_SCHEMA, dispatch="statement")
     x, y = learnable_images(150)

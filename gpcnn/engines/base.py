@@ -25,7 +25,7 @@ from gpcnn.engines.sessions import SegmentSessions, connect_arguments
 # A chunk of a vector: one row of transfers and checkpoints, one row of a result stream. 1 MiB
 # rather than 8: the client's allocator reuses 1 MiB buffers, where it kept freed 8 MiB ones in
 # per-thread arenas (25M weights: client peak 3.12x against 3.97x the model, K = 2;
-# bench/overhead.py --memory 25 2 [--chunk-bytes 8388608]).
+# bench/overhead.py --memory 25 2 [--chunk-bytes 8388608], in git history before ce358ee).
 DEFAULT_CHUNK_BYTES = 1 << 20
 
 

@@ -180,7 +180,8 @@ class GreenplumBackend(GreenplumCompiler, Backend):
     # SD/GD (the model cache) live only while the session's segment processes do: keep them.
     # The trained vectors cross the interconnect twice (redistributed by chunk to the segments
     # that merge them, then gathered): 64 packets in flight per connection, not 2 to send and 4
-    # to receive, made that 6-20x faster on a live cluster (docs/greenplum.md, "Profile").
+    # to receive, made that 6-20x faster on a live cluster (docs/greenplum-results.md, "Profile
+    # of the training statement").
     session_settings = (
         "SET gp_vmem_idle_resource_timeout = 0",
         "SET gp_interconnect_queue_depth = 64",

@@ -33,8 +33,9 @@ class StreamingAverage:
     sent one after the other) a stream cannot wait for a key that comes later in its own stream,
     so parts wait here. The averaging runs in one worker thread at a lower CPU priority
     (``AVERAGE_NICENESS``): on a machine whose cores the segments share, it must not slow the
-    streams that feed it (``bench/client_merge.py``); not the lowest, so batch jobs do not
-    starve it. A stream that ends without its trailer (``end_stream``) releases the others.
+    streams that feed it (measured by ``bench/client_merge.py``, in git history before ce358ee);
+    not the lowest, so batch jobs do not starve it. A stream that ends without its trailer
+    (``end_stream``) releases the others.
     ``into``: a vector to write the average into, when it has the average's size. ``on_chunk``:
     told each chunk of the average once it is whole (its index and a view of it), in order 0, 1,
     ... (a chunk is whole once every key sent it, and every key sends them in order), from the

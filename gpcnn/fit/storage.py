@@ -139,9 +139,9 @@ class IterationStore:
         in the background, overlapping the next iteration, when the checkpoint (``vectors``) is
         not stored yet: a rule that sends its start anyway gains the checkpoint's COPY (the row
         then commits with its checkpoint, in one transaction). Else only the delete: deleting a
-        100 MB checkpoint's TOAST rows took 0.13-0.34 s in line
-        (bench/results/retention-overlap-ab.txt). Either way a resume never lacks the checkpoint
-        it needs, a background error stops the fit before another row is stored, and a delete
+        100 MB checkpoint's TOAST rows took 0.13-0.34 s in line (an A/B run, in git history
+        before ce358ee: bench/results/retention-overlap-ab.txt). Either way a resume never lacks
+        the checkpoint it needs, a background error stops the fit before another row is stored, and a delete
         that never ran leaves only checkpoints that the next one removes."""
         self.wait()  # the previous iteration's: its error stops the fit before this row is stored
         self.rows.append(row)

@@ -57,7 +57,7 @@ class EnvironmentReport:
             lines.append(
                 f"memory:   gp_vmem_protect_limit {'/'.join(map(str, limits))} MB per primary; it "
                 "counts the database's memory, not TensorFlow's inside plpython3u "
-                "(docs/greenplum.md, 'What a cluster needs')"
+                "(docs/greenplum.md, 'What the cluster needs')"
             )
             manager = f["settings"].get("gp_resource_manager")
             bypass = ", bypassed: this role is a superuser" if f["superuser"] else ""
