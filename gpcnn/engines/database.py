@@ -81,13 +81,14 @@ def _known_password(url: sa.URL) -> str | None:
 
 
 class Database:
-    """A database gpcnn runs on: its URL, gpcnn's schema there, the engine kind and how iterations
-    are dispatched.
+    """A database gpcnn runs on: its URL, gpcnn's schema there, its engine and dispatch.
 
     Use ``gpcnn.connect``, which returns the same handle for the same arguments; constructing one
     directly makes a handle outside that cache. Nothing connects until first use. A handle
-    pickles without its password (the module's docstring says where an unpickled one finds it);
-    ``close()`` or a ``with`` block disposes its connections.
+    pickles without its password: an unpickled one takes it from ``$GPCNN_DATABASE_URL``,
+    ``$GPCNN_TEST_DATABASE_URL`` or the embedded cluster when they name the same server and
+    user, else libpq finds it (``$PGPASSWORD``, ``~/.pgpass``). ``close()`` or the end of a
+    ``with`` block disposes its connections.
 
     Parameters
     ----------
