@@ -16,7 +16,31 @@ class DatasetError(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class Dataset:
-    """A train/test split of labelled images, as the loaders return it."""
+    """A train/test split of labelled images, as the loaders return it.
+
+    The fields are read-only attributes of the same names.
+
+    Parameters
+    ----------
+    name : str
+        The dataset's name, such as ``"fashion-mnist"``.
+    x_train : ndarray
+        The training images, such as (N, H, W) or (N, H, W, C) uint8 pixels.
+    y_train : ndarray
+        The training images' class indices.
+    x_test : ndarray
+        The test images, of the training images' shape.
+    y_test : ndarray
+        The test images' class indices.
+    class_names : tuple of str
+        A name per class, in class order.
+
+    Examples
+    --------
+    >>> from gpcnn import datasets
+    >>> data = datasets.load_fashion_mnist()  # doctest: +SKIP
+    >>> gpcnn.load_images(db, "fm.train", data.train)  # doctest: +SKIP
+    """
 
     name: str
     x_train: np.ndarray

@@ -16,7 +16,45 @@ IMAGE_LAYOUT = 2  # 1: gpcnn 0.1, without ids
 
 @dataclass(frozen=True)
 class ImageTable:
-    """A gpcnn image table, as its catalog row describes it."""
+    """A gpcnn image table, as its catalog row describes it.
+
+    ``load_images``, ``pack_table``, ``redeal`` and ``describe_table`` return one; the fields are
+    read-only attributes of the same names.
+
+    Parameters
+    ----------
+    table : TableName
+        The table's schema-qualified name (``str(info.table)`` is ``"schema.name"``).
+    image_shape : tuple of int
+        The shape of one stored item: (H, W, C) for images, (F,) for feature rows.
+    num_classes : int
+        The number of classes; labels are class indices 0..num_classes-1.
+    class_names : tuple of str
+        A name per class, in class order; empty when none was given.
+    keys : tuple of int
+        The distribution key of each segment's rows, one per segment.
+    images_per_segment : tuple of int
+        The images each segment holds, in the order of ``keys`` (a shared sample included).
+    buffer_size : int
+        Images per buffer, the table's rows.
+    source : str or None
+        Where the images came from, as recorded at loading.
+    layout : int, default 2
+        The table's storage layout: 1 for tables of gpcnn 0.1, without image ids.
+    distribution : str, default "iid"
+        How the images were dealt to the segments: ``"iid"``, ``"label-skew"`` (Dirichlet
+        ``skew``) or ``"distribute_by"`` (``pack_table``'s ``distribute_by``).
+    skew : float, optional
+        The Dirichlet concentration of a ``"label-skew"`` table.
+    class_counts : tuple of tuple of int, optional
+        Images of each class on each segment (per segment, per class); None if not recorded.
+    label_skew : SkewIndex, optional
+        The measured label skew: ``max``, the largest segment's total-variation distance of its
+        label mix from the table's, and ``mean``, weighted by images; None if not measured
+        (``gpcnn.measure_skew`` measures it).
+    shared_images : int, default 0
+        The images of a shared sample, held by every segment besides its own.
+    """
 
     table: TableName
     image_shape: tuple[int, ...]
@@ -34,7 +72,19 @@ class ImageTable:
     shared_images: int = 0  # the shared sample's images, held by every segment besides its own
 
     def require_ids(self, what: str) -> None:
-        """Refuse, with what to do, a table loaded before images had ids."""
+        """Refuse, with what to do, a table loaded before images had ids.
+
+        Parameters
+        ----------
+        what : str
+            What needs the ids, completing the message "gpcnn cannot ...", e.g.
+            ``"write predictions keyed by image id"``.
+
+        Raises
+        ------
+        TableError
+            The table has layout 1 (gpcnn 0.1, without image ids).
+        """
         if self.layout < 2:
             raise TableError(
                 f"{self.table} was loaded by gpcnn 0.1, without image ids, so gpcnn cannot "
@@ -44,6 +94,7 @@ class ImageTable:
 
     @property
     def segments(self) -> int:
+        """The number of segments the table is spread over (``len(keys)``)."""
         return len(self.keys)
 
     @property
@@ -95,7 +146,32 @@ def _entry(conn: Connection, backend, name: TableName):
 
 @database_argument
 def describe(database: Database | str | None, table) -> ImageTable:
-    """The catalog entry of an image table; TableError if it is not one."""
+    """The catalog entry of an image table.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    table : str or (schema, table)
+        The image table; without a schema, the connection's current schema.
+
+    Returns
+    -------
+    ImageTable
+        What the table holds: segments, image shape, classes, counts, label skew.
+
+    Raises
+    ------
+    TableError
+        ``table`` is not a gpcnn image table, or its catalog entry remains but the table was
+        dropped by hand.
+
+    Examples
+    --------
+    >>> info = gpcnn.describe_table(db, "fm.train")  # doctest: +SKIP
+    >>> info.segments, info.image_shape, info.num_classes  # doctest: +SKIP
+    (4, (28, 28, 1), 10)
+    """
     db = connect(database)
     name = TableName.parse(table)
     with db.connect() as conn:
@@ -115,7 +191,20 @@ def describe(database: Database | str | None, table) -> ImageTable:
 
 @database_argument
 def list_tables(database: Database | str | None = None) -> list[ImageTable]:
-    """Every image table of the catalog; entries whose table was dropped by hand are removed."""
+    """Every image table of the catalog.
+
+    Catalog entries whose table was dropped by hand are removed on the way.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+
+    Returns
+    -------
+    list of ImageTable
+        One per image table, in the catalog's order.
+    """
     db = connect(database)
     backend = db.backend
     found = []
@@ -131,8 +220,31 @@ def list_tables(database: Database | str | None = None) -> list[ImageTable]:
 
 @database_argument
 def drop_table(database: Database | str | None, table, *, missing_ok: bool = False) -> bool:
-    """Drop an image table with its parts and its catalog entry, in one transaction. A table
-    dropped by hand has its entry removed. False when there was nothing to drop."""
+    """Drop an image table with its parts and its catalog entry, in one transaction.
+
+    A table dropped by hand has its catalog entry removed.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    table : str or (schema, table)
+        The image table; without a schema, the connection's current schema.
+    missing_ok : bool, default False
+        Return False for a table that is neither in the catalog nor in the database, instead
+        of raising.
+
+    Returns
+    -------
+    bool
+        True when something was dropped, False when there was nothing to drop.
+
+    Raises
+    ------
+    TableError
+        ``table`` exists but is not a gpcnn image table (gpcnn drops only its own), or there is
+        no such image table and not ``missing_ok``.
+    """
     db = connect(database)
     backend = db.backend
     name = TableName.parse(table)

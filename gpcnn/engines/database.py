@@ -81,11 +81,45 @@ def _known_password(url: sa.URL) -> str | None:
 
 
 class Database:
-    """A database gpcnn runs on: its URL, gpcnn's schema there, the engine kind and how iterations
-    are dispatched (``dispatch``: None for the engine's own way; ``"statement"`` runs PostgreSQL
-    iterations exactly as Greenplum does, one statement for all segments in one session), the
-    chunk size of the vectors sent and stored (``chunk_bytes``; None: 1 MiB), and the registered
-    engine that serves it (``engine_name``; None: the one that detects the server)."""
+    """A database gpcnn runs on: its URL, gpcnn's schema there, its engine and dispatch.
+
+    Use ``gpcnn.connect``, which returns the same handle for the same arguments; constructing one
+    directly makes a handle outside that cache. Nothing connects until first use. A handle
+    pickles without its password: an unpickled one takes it from ``$GPCNN_DATABASE_URL``,
+    ``$GPCNN_TEST_DATABASE_URL`` or the embedded cluster when they name the same server and
+    user, else libpq finds it (``$PGPASSWORD``, ``~/.pgpass``). ``close()`` or the end of a
+    ``with`` block disposes its connections.
+
+    Parameters
+    ----------
+    url : str or sqlalchemy.URL
+        A PostgreSQL or Greenplum URL; a ``postgresql``, ``postgres`` or ``greenplum`` driver
+        name becomes ``postgresql+psycopg2``.
+    schema : str, default "gpcnn"
+        The schema of gpcnn's functions, runs and catalog.
+    dispatch : str, optional
+        How iterations reach the segments: None, the engine's own way; ``"statement"`` runs
+        PostgreSQL iterations exactly as Greenplum does, one statement for all segments in one
+        session; or another mode a registered engine accepts.
+    chunk_bytes : int, optional
+        The chunk size of the vectors sent and stored, a positive multiple of 8 of at most
+        256 MiB (default 1 MiB).
+    engine_name : str, optional
+        The registered engine that serves it (``gpcnn.engines.register_engine``); None: the one
+        that detects the server, asked on first use.
+
+    Raises
+    ------
+    ValueError
+        A ``dispatch`` no registered engine accepts, an ``engine_name`` no engine has, an empty
+        ``schema``, or a bad ``chunk_bytes``.
+
+    Examples
+    --------
+    >>> with gpcnn.connect("postgresql://gpadmin@mdw:5432/gpdb") as db:  # doctest: +SKIP
+    ...     print(db.kind)
+    greenplum
+    """
 
     def __init__(
         self,
@@ -127,12 +161,41 @@ class Database:
 
     @property
     def kind(self) -> str:
+        """The engine kind serving the database, such as ``"postgresql"`` or ``"greenplum"``.
+
+        Detecting it connects once, unless the handle names ``engine_name``.
+        """
         return self.backend.kind
 
     def connect(self) -> sa.Connection:
+        """A connection from the handle's SQLAlchemy pool.
+
+        Returns
+        -------
+        sqlalchemy.Connection
+            Use it in a ``with`` block, which returns it to the pool.
+
+        Raises
+        ------
+        RuntimeError
+            The handle is closed.
+        """
         return self.engine.connect()
 
     def begin(self):
+        """A connection from the pool inside a transaction.
+
+        Returns
+        -------
+        context manager of sqlalchemy.Connection
+            As ``sqlalchemy.Engine.begin``: ``with db.begin() as conn:`` commits when the block
+            ends and rolls back on an error.
+
+        Raises
+        ------
+        RuntimeError
+            The handle is closed.
+        """
         return self.engine.begin()
 
     def close(self) -> None:

@@ -242,11 +242,55 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
         validation_data=None,
         resume: int | None = None,
     ) -> GreenplumCNN:
-        """Train until ``iterations`` merges over ``X``: an image table, or arrays ``X, y``
-        (staged into a gpcnn-owned table for the call's lifetime). ``validation_data``: a table
-        or ``(x, y)``, instead of the ``validation_table`` parameter. ``callbacks``: Keras
-        callbacks, called per iteration with ``model_`` as their model. ``resume=run_id``
-        continues a stored run."""
+        """Train until ``iterations`` merges over ``X``, in a new run (or the run ``resume``).
+
+        Arrays are checked against the model before anything reaches the database, then staged
+        into a gpcnn-owned table that ``close()`` (or garbage collection of the estimator) drops.
+        With ``warm_start`` and a previous fit, training continues from ``model_`` and its
+        ``classes_``, in a new run whose history follows the old one.
+
+        Parameters
+        ----------
+        X : str, (schema, table), ndarray or array-like
+            An image table (``load_images``, ``pack_table``), or images (N, H, W) or
+            (N, H, W, C) of integer pixels 0..255 or floats in [0, 1], or feature rows (N, F)
+            (``gpcnn.data.pixels``).
+        y : array-like, optional
+            The labels of arrays ``X``, of any type (at least two classes); ``classes_`` holds
+            them sorted. None for a table, which holds its labels.
+        callbacks : sequence of keras.callbacks.Callback, optional
+            Called once per iteration, as per epoch in Keras, with ``model_`` as their model.
+            Callbacks that act per batch are refused: the batches run inside the segments.
+        validation_data : str, (schema, table) or (x, y), optional
+            Evaluated after each iteration ``validation_freq`` selects, instead of the
+            ``validation_table`` parameter.
+        resume : int, optional
+            A stored run (``run_id_``, ``gpcnn.list_runs``) to continue up to ``iterations`` in
+            all: the same table and model, with at least one iteration stored.
+
+        Returns
+        -------
+        GreenplumCNN
+            The estimator itself, fitted.
+
+        Raises
+        ------
+        ValueError
+            Bad parameters or arrays, ``y`` given with a table, a model that does not take the
+            data, a per-batch callback, or a ``resume`` run of another table or model.
+        TypeError
+            Arrays ``X`` of non-numeric values.
+        TrainingError
+            Training failed in the database; the message names the segment and what to do.
+
+        Examples
+        --------
+        >>> from gpcnn.models import small_cnn
+        >>> est = GreenplumCNN(small_cnn, iterations=5, database=db)
+        >>> est.fit("fm.train", validation_data="fm.test")  # doctest: +SKIP
+        >>> est.fit(x_train, y_train)  # arrays, staged into a table  # doctest: +SKIP
+        >>> est.set_params(iterations=10).fit("fm.train", resume=est.run_id_)  # doctest: +SKIP
+        """
         self._check_params()
         X, y = self._checked_input(X, y, at_least_two=True)
         db = self._db()
@@ -258,10 +302,39 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
     def partial_fit(
         self, X, y=None, *, classes=None, callbacks=None, validation_data=None
     ) -> GreenplumCNN:
-        """One more iteration: of the current run when ``X`` is its table, else from ``model_``'s
-        weights in a new run (the history goes on). ``classes``, as in scikit-learn, lists every
-        label ``y`` may hold, as many as the model's output units (the labels of the first call
-        by default); ``classes_`` is them sorted. It may be omitted (a batch may then hold one class only)."""
+        """One more iteration over ``X``.
+
+        The first call starts a run of one iteration. Later calls continue the current run when
+        ``X`` is its table, else train from ``model_``'s weights in a new run (the history goes
+        on); arrays are staged into a new table at each call.
+
+        Parameters
+        ----------
+        X : str, (schema, table), ndarray or array-like
+            An image table, or arrays as ``fit`` takes them.
+        y : array-like, optional
+            The labels of arrays ``X``; a batch may hold one class only. None for a table.
+        classes : array-like, optional
+            As in scikit-learn: every label ``y`` may hold, as many as the model's output units
+            (default: the labels of the first call); ``classes_`` is them sorted. Used by the
+            first call; later calls keep ``classes_``.
+        callbacks : sequence of keras.callbacks.Callback, optional
+            As in ``fit``.
+        validation_data : str, (schema, table) or (x, y), optional
+            As in ``fit``: instead of the ``validation_table`` parameter.
+
+        Returns
+        -------
+        GreenplumCNN
+            The estimator itself, fitted.
+
+        Raises
+        ------
+        ValueError
+            Bad parameters, arrays or ``classes``, or ``y`` given with a table.
+        TrainingError
+            Training failed in the database.
+        """
         if classes is not None:
             classes = arrays.check_classes(classes, self._units())
         X, y = self._checked_input(X, y, at_least_two=False)
@@ -355,8 +428,26 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
         self._model_json, self._options = model_json, options
 
     def set_params(self, **params) -> GreenplumCNN:
-        """scikit-learn's, plus skorch-style routing: ``merge__eta=0.9`` sets ``merge_options``'s
-        ``eta``, checked against the rule's options."""
+        """Set parameters, as scikit-learn's ``set_params``, plus the merge rule's options.
+
+        Parameters
+        ----------
+        **params
+            Estimator parameters by name; ``merge__<option>=value`` (skorch-style routing, e.g.
+            ``merge__eta=0.9``) sets that option in ``merge_options``, checked at once against
+            the options of the rule (``merge``, the new one if given too).
+
+        Returns
+        -------
+        GreenplumCNN
+            The estimator itself.
+
+        Raises
+        ------
+        ValueError
+            An unknown parameter, or a ``merge__`` option the rule does not have or a value out
+            of its range.
+        """
         routed = {
             k.split("__", 1)[1]: params.pop(k) for k in list(params) if k.startswith("merge__")
         }
@@ -369,17 +460,56 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
     # -- persistence --------------------------------------------------------------------------
 
     def stored_params(self) -> dict:
-        """The parameters as JSON-able values, as stored with each run (the model apart)."""
+        """The parameters as JSON-able values, as stored with each run.
+
+        Returns
+        -------
+        dict
+            ``get_params(deep=False)`` without ``model``: an optimizer object becomes its
+            configuration, a ``Database`` its URL without the password, sequences lists.
+        """
         return parameters.stored(self.get_params(deep=False))
 
     def save(self, path: str | Path) -> None:
-        """``model_`` as a Keras ``.keras`` file (or ``.weights.h5``), with the estimator's
-        parameters and history beside it in ``<path>.gpcnn.json``."""
+        """Write the fitted estimator to files; ``load`` reads it back.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            A ``.keras`` file name (``model_`` saved whole by Keras) or a ``.weights.h5`` one
+            (the weights only; the architecture goes in the sidecar). The estimator's parameters
+            and fitted state (history, run id, classes, ...) go beside it in
+            ``<path>.gpcnn.json``.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            The estimator is not fitted.
+        ValueError
+            ``path`` ends neither in ``.keras`` nor in ``.weights.h5``.
+
+        Examples
+        --------
+        >>> est.save("fm.keras")  # doctest: +SKIP
+        >>> GreenplumCNN.load("fm.keras").predict(x_test)  # doctest: +SKIP
+        """
         saving.save(self, path)
 
     @classmethod
     def load(cls, path: str | Path) -> GreenplumCNN:
-        """The fitted estimator that ``save`` wrote."""
+        """The fitted estimator that ``save`` wrote.
+
+        Parameters
+        ----------
+        path : str or pathlib.Path
+            The ``.keras`` or ``.weights.h5`` file given to ``save``; its sidecar
+            ``<path>.gpcnn.json`` must be beside it.
+
+        Returns
+        -------
+        GreenplumCNN
+            A fitted estimator with the saved parameters, weights and fitted state.
+        """
         return saving.load(cls, path)
 
     # -- sessions -----------------------------------------------------------------------------

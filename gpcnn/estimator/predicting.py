@@ -66,8 +66,29 @@ class Predicting:
         return model_input(x, shape)
 
     def predict_proba(self, x) -> np.ndarray:
-        """Class probabilities of arrays (locally) or of a table (in the database, ``buffer_id``
-        order, as ``read_images`` returns them); the columns follow ``classes_``."""
+        """Class probabilities of arrays (computed locally) or of a table (on the segments).
+
+        Parameters
+        ----------
+        x : str, (schema, table), ndarray or array-like
+            An image table whose items and classes the model takes, or arrays as ``fit`` takes
+            them.
+
+        Returns
+        -------
+        ndarray of shape (n_images, n_classes)
+            One row per image, its columns in the order of ``classes_``; a table's rows in
+            ``buffer_id`` order, as ``read_images`` returns the images.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            The estimator is not fitted.
+        ValueError
+            Arrays or a table the model does not take.
+        TrainingError
+            Prediction failed in the database.
+        """
         self._require_fitted()
         if not is_table(x):
             inputs = self._arrays_input(x)
@@ -87,12 +108,58 @@ class Predicting:
         top_k: int | None = None,
         replace: bool = False,
     ):
-        """Predicted labels (of ``classes_``, of the fitted labels' type) of arrays or of a
-        table; with ``output_table`` (a table ``x`` only), the predictions are computed on the
-        segments and written into that table, keyed by image id, with MADlib's columns:
-        ``response`` (id, class_value, class_name, prob), ``prob`` (one row per image and
-        class), ``topk`` (id, rank, class_value, class_name, prob) for the ``top_k`` most
-        probable classes. Returns the output table's name then."""
+        """Predicted labels of arrays or of a table, or predictions written into a table.
+
+        Without ``output_table``, the most probable class of each image (``predict_proba``'s
+        order) comes back; ``pred_type``, ``top_k`` and ``replace`` apply only with it. With
+        ``output_table`` (a table ``x`` only), the predictions are computed on the segments and
+        written into that table, keyed by image id, with MADlib's columns.
+
+        Parameters
+        ----------
+        x : str, (schema, table), ndarray or array-like
+            An image table whose items and classes the model takes, or arrays as ``fit`` takes
+            them.
+        output_table : str or (schema, table), optional
+            The table to write the predictions into (the image table ``x`` needs image ids).
+        pred_type : {"response", "prob", "topk"}, default "response"
+            What ``output_table`` holds: ``"response"``, the predicted class per image (id,
+            class_value, class_name, prob); ``"prob"``, one row per image and class (same
+            columns); ``"topk"``, the ``top_k`` most probable classes per image (id, rank,
+            class_value, class_name, prob; rank 1 is the prediction).
+        top_k : int, optional
+            The classes per image for ``pred_type="topk"``, 1 to the number of classes; only
+            with ``"topk"``.
+        replace : bool, default False
+            Overwrite an existing ``output_table`` (never an image table) instead of refusing.
+
+        Returns
+        -------
+        ndarray or str
+            The labels, one per image, of ``classes_`` (the fitted labels' type), a table's in
+            ``buffer_id`` order; with ``output_table``, the name of the table written.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            The estimator is not fitted.
+        ValueError
+            ``output_table`` with arrays, a bad ``pred_type`` or ``top_k``, or data the model
+            does not take.
+        TableError
+            ``output_table`` exists without ``replace``, or is an image table, or ``x`` has no
+            image ids (a ``ValueError``).
+        TrainingError
+            Prediction failed in the database.
+
+        Examples
+        --------
+        >>> est.predict(x_test)[:3]  # doctest: +SKIP
+        array([9, 2, 1])
+        >>> est.predict("fm.test", output_table="fm.test_top3", pred_type="topk",
+        ...             top_k=3)  # doctest: +SKIP
+        'fm.test_top3'
+        """
         if output_table is None:
             probabilities = self.predict_proba(x)
             return self.classes_[np.argmax(probabilities, axis=1)]
@@ -110,7 +177,29 @@ class Predicting:
         return str(written)
 
     def evaluate(self, x, y=None) -> dict:
-        """Loss and metrics: of a table (in the database) or of arrays ``x, y`` (locally)."""
+        """Loss and metrics of a table (computed on the segments) or of arrays (locally).
+
+        Parameters
+        ----------
+        x : str, (schema, table), ndarray or array-like
+            An image table, or arrays as ``fit`` takes them.
+        y : array-like, optional
+            The labels of arrays ``x``, among ``classes_``; None for a table.
+
+        Returns
+        -------
+        dict
+            ``loss`` and each of the estimator's ``metrics``, as floats, over every image.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            The estimator is not fitted.
+        ValueError
+            Arrays without ``y``, labels outside ``classes_``, or data the model does not take.
+        TrainingError
+            Evaluation failed in the database.
+        """
         self._require_fitted()
         if is_table(x):
             values = self._evaluate_table(self._described(x), self._options)
@@ -122,8 +211,34 @@ class Predicting:
         return evaluate_arrays(self.model_, self._arrays_input(x), codes)
 
     def score(self, X, y=None, sample_weight=None) -> float:
-        """Accuracy, the scikit-learn classifier convention: of a table computed in the
-        database (only the count of correct images comes back), of arrays locally."""
+        """Accuracy, the scikit-learn classifier convention.
+
+        A table's is computed on the segments (only the count of correct images comes back);
+        arrays' locally, from ``predict``.
+
+        Parameters
+        ----------
+        X : str, (schema, table), ndarray or array-like
+            An image table, or arrays as ``fit`` takes them.
+        y : array-like, optional
+            The true labels of arrays ``X``; None for a table.
+        sample_weight : array-like, optional
+            Weights of the images of arrays ``X`` (not for a table).
+
+        Returns
+        -------
+        float
+            The fraction of images predicted right (weighted by ``sample_weight``).
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            The estimator is not fitted.
+        ValueError
+            Arrays without ``y``, or a table with ``y`` or ``sample_weight``.
+        TrainingError
+            Evaluation failed in the database.
+        """
         self._require_fitted()
         if is_table(X):
             if y is not None or sample_weight is not None:

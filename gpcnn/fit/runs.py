@@ -97,9 +97,30 @@ def find_unfinished(db: Database | str | None, table: str, params: dict) -> int 
 
 @database_argument
 def list_runs(database: Database | str | None = None, run_ids=None) -> list[dict]:
-    """One dict per run, like MADlib's summary tables: id, table, status, error, merge rule,
-    iterations and epochs stored, the last and best validation accuracy and loss (None without
-    validation) and the last training loss, checkpoints and bytes stored, times."""
+    """The stored runs, one summary each, like MADlib's summary tables.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    run_ids : sequence of int, optional
+        The runs to list (default: every run); ids without a run are left out.
+
+    Returns
+    -------
+    list of dict
+        One per run, in id order: ``run_id``, ``table``, ``status`` (``running``,
+        ``finished``, ``stopped_early``, ``failed`` or ``interrupted``), ``error``, ``merge``
+        (the rule), ``iterations`` (stored), ``epochs`` (of data seen), ``loss`` (the last
+        training loss), ``val_accuracy``, ``best_val_accuracy``, ``val_loss``,
+        ``best_val_loss`` (None without validation), ``checkpoints``, ``stored_bytes``,
+        ``created_at`` and ``updated_at`` (ISO 8601).
+
+    Examples
+    --------
+    >>> [r["status"] for r in gpcnn.list_runs(db)]  # doctest: +SKIP
+    ['finished', 'interrupted']
+    """
     db = connect(database)
     with db.begin() as conn:
         catalog = Catalog(conn, db.backend)
@@ -144,8 +165,28 @@ def progress(history: list[dict]) -> dict:
 
 @database_argument
 def show_run(database: Database | str | None, run_id: int) -> dict:
-    """The run's summary, its parameters, what it stores (per part: the iterations that keep
-    it, chunks and bytes) and its history."""
+    """One run in full: its summary, parameters, stored parts and history.
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    run_id : int
+        The run (``GreenplumCNN.run_id_``, ``list_runs``).
+
+    Returns
+    -------
+    dict
+        ``list_runs``'s summary, plus ``params`` (the estimator's parameters it was started
+        with), ``stored`` (per part, such as ``weights``: the ``iterations`` that keep it,
+        ``chunks`` and ``bytes``; a ``rule_state`` part also has its ``layout``) and
+        ``history`` (one dict per iteration).
+
+    Raises
+    ------
+    ValueError
+        There is no run ``run_id``.
+    """
     db = connect(database)
     found = list_runs(db, [run_id])
     if not found:
@@ -165,8 +206,22 @@ def show_run(database: Database | str | None, run_id: int) -> dict:
 
 @database_argument
 def delete_runs(database: Database | str | None, run_ids) -> int:
-    """Delete runs with their iterations and checkpoints, in one transaction, and reclaim the
-    space of their checkpoints at once (``catalog.reclaim``)."""
+    """Delete runs with their iterations and checkpoints, in one transaction.
+
+    The space of their checkpoints is reclaimed at once (``catalog.reclaim``).
+
+    Parameters
+    ----------
+    database : Database, str or None
+        A handle from ``gpcnn.connect``, a URL, or None for the default database.
+    run_ids : iterable of int
+        The runs to delete; ids without a run are ignored.
+
+    Returns
+    -------
+    int
+        The number of runs deleted.
+    """
     db = connect(database)
     with db.begin() as conn:
         catalog = Catalog(conn, db.backend)

@@ -109,7 +109,28 @@ _models: OrderedDict[str, Any] = OrderedDict()
 
 
 def to_model_input(images: np.ndarray) -> np.ndarray:
-    """The one conversion of stored uint8 images to model input: ``float32(x) / 255``."""
+    """The one conversion of stored uint8 images to model input: ``float32(x) / 255``.
+
+    The segments apply it to every buffer of images they train, evaluate or predict on; apply
+    it too to images given to a fitted model outside gpcnn, to feed it what it trained on.
+
+    Parameters
+    ----------
+    images : array-like
+        Pixels 0..255, of any shape (such as uint8 (N, H, W, C)).
+
+    Returns
+    -------
+    ndarray of float32
+        The pixels scaled to [0, 1], in the same shape.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from gpcnn.models import to_model_input
+    >>> to_model_input(np.array([0, 51, 255], dtype=np.uint8))
+    array([0. , 0.2, 1. ], dtype=float32)
+    """
     return np.asarray(images, dtype=np.float32) / np.float32(255.0)
 
 

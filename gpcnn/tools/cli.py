@@ -48,11 +48,16 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     db = sub.add_parser("db", help="the embedded PostgreSQL cluster")
-    db.add_argument("action", choices=["start", "stop", "status", "url", "destroy"])
+    db.add_argument(
+        "action",
+        choices=["start", "stop", "status", "url", "destroy"],
+        help="start (creating it if needed), stop, status (as JSON), url (printed, starting it "
+        "if needed), destroy (stop it and delete its data)",
+    )
     db.set_defaults(func=commands.cmd_db)
 
     doctor = with_database(sub.add_parser("doctor", help="check the database can run gpcnn"))
-    doctor.add_argument("--json", action="store_true")
+    doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument(
         "--table", action="append", help="also show an image table and its label skew"
     )
@@ -66,19 +71,32 @@ def build_parser() -> argparse.ArgumentParser:
     uninst.set_defaults(func=commands.cmd_uninstall)
 
     runs = with_database(sub.add_parser("runs", help="stored runs: list, show, delete"))
-    runs.add_argument("action", choices=["list", "show", "delete"])
-    runs.add_argument("run_ids", nargs="*", type=int)
+    runs.add_argument(
+        "action",
+        choices=["list", "show", "delete"],
+        help="list every run, or show or delete the runs named",
+    )
+    runs.add_argument("run_ids", nargs="*", type=int, help="run ids to show or delete")
     runs.add_argument("--json", action="store_true", help="list or show as JSON")
     runs.set_defaults(func=commands.cmd_runs)
 
     models = with_database(sub.add_parser("models", help="the model library: list, show, delete"))
-    models.add_argument("action", choices=["list", "show", "delete"])
-    models.add_argument("names", nargs="*")
+    models.add_argument(
+        "action",
+        choices=["list", "show", "delete"],
+        help="list the library, or show the layers of or delete the models named",
+    )
+    models.add_argument("names", nargs="*", help="model names to show or delete")
     models.add_argument("--json", action="store_true", help="list as JSON")
     models.set_defaults(func=commands.cmd_models)
 
     tables = with_database(sub.add_parser("tables", help="image tables: list, show, drop"))
-    tables.add_argument("action", choices=["list", "show", "drop"])
+    tables.add_argument(
+        "action",
+        choices=["list", "show", "drop"],
+        help="list every image table, show what tables hold (segments, classes, label skew), "
+        "or drop tables",
+    )
     tables.add_argument("tables", nargs="*", help="tables to show or drop ([schema.]name)")
     tables.add_argument("--json", action="store_true", help="show as JSON")
     tables.add_argument("--missing-ok", action="store_true", help="no error for absent tables")
@@ -91,7 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_parser("load", help="load a standard image dataset into segment tables")
     )
     source = load.add_mutually_exclusive_group(required=True)
-    source.add_argument("--dataset", choices=DATASET_NAMES)
+    source.add_argument(
+        "--dataset",
+        choices=DATASET_NAMES,
+        help="a standard dataset, read from its files on disk (--path); nothing is downloaded",
+    )
     source.add_argument("--folder", help="one sub-folder of PNG/JPEG images per class")
     load.add_argument(
         "--size", type=_size, default=(28, 28), help="H,W every folder image is resized to"

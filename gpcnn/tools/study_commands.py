@@ -254,19 +254,36 @@ def add_parsers(sub, with_database) -> None:
                 "library (gpcnn.store_model)",
             )
         else:
-            p.add_argument("--model", default="small-cnn", choices=list(MODELS))
-        p.add_argument("--optimizer", default="sgd", choices=list(OPTIMIZERS))
+            p.add_argument(
+                "--model", default="small-cnn", choices=list(MODELS), help="the study's model"
+            )
+        p.add_argument(
+            "--optimizer",
+            default="sgd",
+            choices=list(OPTIMIZERS),
+            help="each segment's optimizer (mop: --configs sets it)",
+        )
         p.add_argument(
             "--optimizer-state",
             type=_choices(OPTIMIZER_STATES),
             default=["reset"],
             help="policies, comma-separated: reset,local,average",
         )
-        p.add_argument("--learning-rate", type=float, default=0.05)
+        p.add_argument(
+            "--learning-rate",
+            type=float,
+            default=0.05,
+            help="the optimizer's learning rate (mop: --configs sets it)",
+        )
         p.add_argument(
             "--scale-lr", action="store_true", help="learning rate x K (the linear scaling rule)"
         )
-        p.add_argument("--batch-size", type=int, default=32)
+        p.add_argument(
+            "--batch-size",
+            type=int,
+            default=32,
+            help="images per batch on each segment (mop: --configs sets it)",
+        )
         p.add_argument(
             "--seeds", type=_int_list, default=[0], help="seeds, comma-separated, e.g. 0,1,2"
         )
@@ -295,7 +312,11 @@ def add_parsers(sub, with_database) -> None:
         "comma-separated: none or 0 < p <= 0.5, e.g. none,0.01,0.05",
     )
     data = converge.add_mutually_exclusive_group(required=True)
-    data.add_argument("--dataset", choices=DATASET_NAMES)
+    data.add_argument(
+        "--dataset",
+        choices=DATASET_NAMES,
+        help="the data set to study, read from its files (--path)",
+    )
     data.add_argument(
         "--table",
         metavar="SCHEMA.TABLE",
@@ -355,7 +376,12 @@ def add_parsers(sub, with_database) -> None:
         "study-out-h",
         15,
     )
-    mop.add_argument("--dataset", required=True, choices=DATASET_NAMES)
+    mop.add_argument(
+        "--dataset",
+        required=True,
+        choices=DATASET_NAMES,
+        help="the data set to study, read from its files (--path)",
+    )
     mop.add_argument("--path", help="file or folder of the dataset (default per dataset)")
     mop.add_argument("--segments", type=_int_list, default="4", help="K")
     mop.add_argument(
