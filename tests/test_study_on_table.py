@@ -122,6 +122,39 @@ def test_the_command_line_takes_a_table_and_its_columns_or_a_dataset_never_both(
             cli.build_parser().parse_args(["converge", *bad])
 
 
+def test_a_layout_by_a_column_keeps_its_values_together_beside_the_iid_copy(db, source, tmp_path):
+    rows = converge(db, source, tmp_path, layouts=[None, "label"], keep_tables=True)
+    try:
+        settings = {r["setting"] for r in rows if r["merge"] == "average"}
+        assert settings == {
+            f"{source.table}-average-k2-m1-{MODEL}",
+            f"{source.table}-average-k2-m1-{MODEL}-by-label",
+        }
+        by_label = [t for t in copies(db) if "_k2_by" in t]
+        assert len(by_label) == 1 and len(copies(db)) == 3  # and the IID K = 1, K = 2 copies
+        info = describe(db, by_label[0])
+        assert info.segments == 2
+        assert info.label_skew.max > 0.5  # each label on one segment: 3 labels, 2 segments
+    finally:
+        own_data.drop_copies(db, source, experiments.plan(
+            source.table, [2], ["single", "average"], [1], 1, model=MODEL, from_table=True,
+            library_model=True, layouts=[None, "label"],
+        ))  # fmt: skip
+    assert copies(db) == []
+
+
+def test_a_layout_names_a_column_of_the_table_and_only_a_table_has_one(db, source, tmp_path):
+    with pytest.raises(TableError, match=r"has no column distribute_by='site'"):
+        converge(db, source, tmp_path / "out", layouts=["site"])
+    assert not (tmp_path / "out").exists() and copies(db) == []
+    with pytest.raises(ValueError, match="distribute_by lays out a table of your images"):
+        experiments.plan("fashion-mnist", [2], ["average"], [1], 1, layouts=["label"])
+    args = cli.build_parser().parse_args(
+        ["converge", "--table", "s.t", "--distribute-by", "iid,site"]
+    )
+    assert args.distribute_by == [None, "site"]
+
+
 def test_a_table_refuses_a_skew_before_any_work(db, source, tmp_path):
     with pytest.raises(ValueError, match="dealt IID: run it without a skew"):
         converge(db, source, tmp_path, skews=[0.1])

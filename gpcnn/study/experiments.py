@@ -56,6 +56,7 @@ def plan(
     seeds: Sequence[int] = (0,),
     skews: Sequence[float | None] = (None,),
     shared_samples: Sequence[float | None] = (None,),
+    layouts: Sequence[str | None] = (None,),
     optimizer_states: Sequence[str] = ("reset",),
     merge_options: Sequence[Mapping[str, float | bool]] = ({},),
     **common,
@@ -64,7 +65,9 @@ def plan(
     no skew, no optimizer-state policy and no rule options), the other rules for each K > 1
     (with one segment they all are ``single``), each skew, optimizer-state policy and set of
     rule options (each checked against every rule but ``single`` before any work), and each shared
-    sample (a fraction of the table every segment trains on too; None: none). A merge
+    sample (a fraction of the table every segment trains on too; None: none) and, for a table of
+    the user's (``from_table``), each layout (a column whose equal values ``pack_table`` keeps on
+    one segment; None: IID). A merge
     frequency is a count or a schedule of counts per epoch, the last repeating."""
     unknown = set(rules) - set(RULES)
     if unknown:
@@ -82,6 +85,8 @@ def plan(
         check_shared_sample(fraction)
     if common.get("from_table") and any(f is not None for f in shared_samples):
         raise ValueError("a shared sample is for the study's own tables: run --table without it")
+    if not common.get("from_table") and any(column is not None for column in layouts):
+        raise ValueError("distribute_by lays out a table of your images: give --table with it")
     schedules = [_schedule(m) for m in merges_per_epoch]
     if "sync" in rules and any(len(s) > 1 for s in schedules):
         raise ValueError("sync runs a fixed count of merges per epoch: run it without a schedule")
@@ -104,9 +109,10 @@ def plan(
                     specs.append(RunSpec(dataset, rule, 1, seed=seed, **frequency, **common))
                     continue
                 for k in (k for k in segments if k > 1):
-                    for skew, shared, state, options in itertools.product(
+                    for skew, shared, layout, state, options in itertools.product(
                         skews,
                         shared_samples if rule != "sync" else (None,),
+                        layouts,
                         optimizer_states if rule != "sync" else ("reset",),
                         merge_options,
                     ):
@@ -118,6 +124,7 @@ def plan(
                                 seed=seed,
                                 skew=skew,
                                 shared_sample=shared,
+                                distribute_by=layout,
                                 optimizer_state=state,
                                 merge_options=tuple(dict(options).items()),
                                 **frequency,
@@ -381,13 +388,15 @@ def converge_on_table(
     epochs: int,
     out: str | Path,
     *,
+    layouts: Sequence[str | None] = (None,),
     keep_tables: bool = False,
     progress: bool = True,
     target: float | None = None,
     **options,
 ) -> list[dict]:
     """The study (``plan``'s settings: ``options`` are its keyword arguments; no skew) on
-    the user's table of images ``source``, packed IID for each K and seed, with ``model``: one of
+    the user's table of images ``source``, packed for each K and seed IID or by each column of
+    ``layouts`` (None: IID; a column: its equal values on one segment), with ``model``: one of
     the study's models or a name in the model library. Everything is checked before any work
     (``own_data.check_source``); the packed copies are dropped at the end, finished or not,
     unless ``keep_tables`` (a resumed study reuses them). The rows of history.csv."""
@@ -400,9 +409,10 @@ def converge_on_table(
         model=model,
         from_table=True,
         library_model=own_data.is_library_model(model),
+        layouts=layouts,
         **options,
     )
-    own_data.check_source(db, source, model)
+    own_data.check_source(db, source, model, [c for c in layouts if c is not None])
     try:
         return run_study(db, specs, out, progress=progress, target=target, source=source)
     finally:

@@ -1,6 +1,7 @@
 """The convergence study on the user's own data and model (``gpcnn converge --table``): a table of
 images already in the database, one row per image as MADlib's preprocessor takes it, packed afresh
-for each K asked for (``pack_table``, dealt IID from the run's seed), and a model from the model
+for each K asked for (``pack_table``, dealt IID from the run's seed, or with the rows of one value
+of a column on one segment: ``distribute_by``, the layout a source table keeps), and a model from the model
 library by name or one of the study's named models; the runs, report and figures are the study's.
 
 Everything that can be refused is refused before any work (``check_source``): a missing table or
@@ -57,10 +58,13 @@ def is_library_model(name: str) -> bool:
     return name not in MODELS
 
 
-def check_source(db: Database, source: SourceTable, model: str) -> None:
+def check_source(
+    db: Database, source: SourceTable, model: str, layouts: Sequence[str] = ()
+) -> None:
     """Refuse, before any work: a missing table or column (of the source or the validation
-    table), a model that is neither a named model nor stored in the library, a stored model whose
-    input does not take the rows' images or whose units are not the labels' classes."""
+    table, or a ``distribute_by`` column of ``layouts`` in the source), a model that is neither
+    a named model nor stored in the library, a stored model whose input does not take the rows'
+    images or whose units are not the labels' classes."""
     stored = None
     if is_library_model(model):
         try:
@@ -72,18 +76,21 @@ def check_source(db: Database, source: SourceTable, model: str) -> None:
     tables = [source.table] + ([source.validation_table] if source.validation_table else [])
     with db.connect() as conn:
         for table in tables:
-            queries = _queries(db, conn, table, source)
+            queries = _queries(db, conn, table, source, layouts if table == source.table else ())
             if stored is not None:
                 _check_fits(conn, queries, table, source, stored)
 
 
-def _queries(db: Database, conn, table: str, source: SourceTable) -> PackingSource:
+def _queries(
+    db: Database, conn, table: str, source: SourceTable, layouts: Sequence[str] = ()
+) -> PackingSource:
     name = resolved_name(conn, TableName.parse(table))
     types = column_types(conn, name.sql(db.backend))
     if not types:
         raise TableError(f"no table {name}: --table names a table of images, one row per image")
     columns = {"x": source.x_column, "y": source.y_column, "id": source.id_column}
     missing = [f"{role}={column!r}" for role, column in columns.items() if column not in types]
+    missing += [f"distribute_by={column!r}" for column in layouts if column not in types]
     if missing:
         raise TableError(
             f"{name} has no column {', '.join(missing)}: its columns are {', '.join(types)}"
@@ -117,12 +124,14 @@ def _check_fits(conn, queries: PackingSource, table: str, source: SourceTable, m
 
 def copy_name(schema: str, source: str, spec: RunSpec, split: str) -> str:
     """The packed copy of ``source`` a run trains (``train``: per K and seed) or validates on, in
-    the study's schema beside gpcnn's ``schema``:
-    the source's name, cut to fit gpcnn's limit on table names with a hash of the whole name
-    when it is too long."""
-    suffix = (
-        f"_k{spec.segments}" + (f"_s{spec.seed}" if spec.seed else "") if split == "train" else ""
-    )
+    the study's schema beside gpcnn's ``schema``: the source's name (and, for a ``distribute_by``
+    layout, a tag of its column), cut to fit gpcnn's limit on table names with a hash of the
+    whole name when it is too long."""
+    suffix = ""
+    if split == "train":
+        suffix = f"_k{spec.segments}" + (f"_s{spec.seed}" if spec.seed else "")
+        if spec.distribute_by is not None:  # a short tag: the column's name may be long
+            suffix += "_by" + hashlib.sha1(spec.distribute_by.encode()).hexdigest()[:4]
     suffix += f"_{split}"
     base = re.sub(r"[^a-z0-9]+", "_", source.lower()).strip("_")
     room = MAX_NAME_BYTES - len(suffix)
@@ -134,9 +143,10 @@ def copy_name(schema: str, source: str, spec: RunSpec, split: str) -> str:
 
 def packed_copies(db: Database, source: SourceTable, spec: RunSpec) -> tuple[str, str]:
     """(train, validation) image tables for ``spec``: the source packed to K segments from the
-    run's seed (its images of a stored model's input shape; else square, as ``pack_table``
-    guesses), reused when a resumed study packed it already; the validation table packed once
-    with the training copy's class names (or the training copy itself)."""
+    run's seed, IID or by ``spec.distribute_by`` (its images of a stored model's input shape;
+    else square, as ``pack_table`` guesses), reused when a resumed study packed it already; the
+    validation table packed once with the training copy's class names (or the training copy
+    itself)."""
     train = copy_name(db.schema, source.table, spec, "train")
     shape = model_library.load_model(db, spec.model).input_shape[1:] if spec.library_model else None
     common = {
@@ -149,8 +159,6 @@ def packed_copies(db: Database, source: SourceTable, spec: RunSpec) -> tuple[str
     }
     info = _existing(db, train, spec.segments)
     if info is None:
-        # Here the lead passes pack_table(distribute_by=...) through, for layouts that keep rows
-        # in place (issue 47, item 3); today every copy is dealt IID from the run's seed.
         info = pack_table(
             db,
             source.table,
@@ -158,6 +166,7 @@ def packed_copies(db: Database, source: SourceTable, spec: RunSpec) -> tuple[str
             segments=spec.segments,
             seed=spec.seed,
             class_values=source.class_values,
+            distribute_by=spec.distribute_by,
             **common,
         )
     if source.validation_table is None:

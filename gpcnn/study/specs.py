@@ -27,7 +27,8 @@ class RunSpec:
     ``merges_per_epoch`` takes over (post-local SGD: ``(8, 8)`` then 1). ``shared_sample``: every
     segment also trains on that fraction of the table, the same images on each
     (``add_shared_sample``). ``from_table``: the
-    dataset is a table of images in the database, packed for each run (``own_data``);
+    dataset is a table of images in the database, packed for each run (``own_data``), IID or,
+    with ``distribute_by``, with the rows of one value of that column on one segment;
     ``library_model``: the model is a name in the model library."""
 
     dataset: str
@@ -49,6 +50,7 @@ class RunSpec:
     from_table: bool = False
     library_model: bool = False
     shared_sample: float | None = None
+    distribute_by: str | None = None
 
     def __post_init__(self) -> None:
         # A spec read back from its JSON has lists where it was made with tuples.
@@ -78,6 +80,7 @@ class RunSpec:
             f"os-{self.optimizer_state}" if self.optimizer_state != "reset" else "",
             f"skew{self.skew:g}" if self.skew is not None else "",
             f"shared{self.shared_sample:g}" if self.shared_sample is not None else "",
+            f"by-{self.distribute_by}" if self.distribute_by is not None else "",
             "lrxk" if self.scale_lr else "",
             self.options_text,
         ]

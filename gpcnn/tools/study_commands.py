@@ -41,6 +41,7 @@ def _study(args: argparse.Namespace, dataset: str, segments, rules, merges, epoc
         epochs,
         skews=args.skew,
         shared_samples=getattr(args, "shared_sample", [None]),
+        layouts=getattr(args, "distribute_by", [None]),
         model=args.model,
         library_model=is_library_model(args.model),
         **_plan_options(args),
@@ -76,6 +77,7 @@ def _on_table(args: argparse.Namespace) -> int:
         args.merges_per_epoch,
         args.iterations,
         args.out,
+        layouts=args.distribute_by,
         keep_tables=args.keep_tables,
         target=args.target,
         skews=args.skew,
@@ -222,6 +224,13 @@ def _fractions(text: str) -> list[float | None]:
     return values
 
 
+def _layouts(text: str) -> list[str | None]:
+    values = [None if part == "iid" else part for part in (p.strip() for p in text.split(","))]
+    if "" in values:
+        raise argparse.ArgumentTypeError(f"{text!r}: iid or column names, comma-separated")
+    return values
+
+
 def _choices(allowed):
     def parse(text: str) -> list[str]:
         values = [v.strip() for v in text.split(",") if v.strip()]
@@ -321,7 +330,15 @@ def add_parsers(sub, with_database) -> None:
         "--table",
         metavar="SCHEMA.TABLE",
         help="a table of your images, one row per image (pack_table's columns below), packed "
-        "IID for each K",
+        "for each K (IID, or as --distribute-by lays it out)",
+    )
+    converge.add_argument(
+        "--distribute-by",
+        type=_layouts,
+        default=[None],
+        metavar="LAYOUTS",
+        help="--table's layouts to compare, comma-separated: iid, or a column whose equal values "
+        "stay on one segment (as DISTRIBUTED BY keeps them), e.g. iid,site",
     )
     converge.add_argument("--x-column", default="x", help="--table's pixels column")
     converge.add_argument("--y-column", default="y", help="--table's labels column")
