@@ -154,7 +154,7 @@ def test_the_greenplum_report_says_what_its_settings_mean():
     assert lines == [
         "cluster:  2 primaries on 1 host(s), 0 mirrors; TensorFlow imported on 2 of 2 primaries",
         "memory:   gp_vmem_protect_limit 8192 MB per primary; it counts the database's memory, not "
-        "TensorFlow's inside plpython3u (docs/greenplum.md, 'What a cluster needs')",
+        "TensorFlow's inside plpython3u (docs/greenplum.md, 'What the cluster needs')",
         "resources: resource queue pg_default (rsqcountlimit 20, rsqmemorylimit -1), bypassed: "
         "this role is a superuser",
         "mirrors:  none: content 0: no mirror; content 1: no mirror",
