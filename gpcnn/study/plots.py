@@ -193,6 +193,7 @@ def figures(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Figure]:
         if diagnosed:
             fig = diagnostics_figure({n: settings[n] for n in diagnosed}, labels)
             fig.suptitle(f"{name.replace('_', ' ')}: diagnostics")
+            fig.tight_layout()  # again: the title takes room above the panels' own
             out[name + "_diagnostics"] = fig
     return out
 
