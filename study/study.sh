@@ -25,8 +25,9 @@
 #   bash study/study.sh j       # K = 16 and 2 (issue 49): average, bmuf, bmuf at 4 merges per
 #                               # epoch, IID; K = 4, 8 and one worker are parts a's and f's; the
 #                               # segment processes' peak memory into j/peak-rss.txt
-#   bash study/study.sh j3      # epochs 1-3 of the reused K = 4, 8 runs again, for their drift
-#                               # ratios (a rerun is bit-identical), into j/early/
+#   bash study/study.sh j3      # epochs 1-3 of the reused K = 4, 8 settings again, for their
+#                               # drift ratios, into j/early/ (not bit-identical to parts a and f,
+#                               # made with older code: per setting, not per run)
 #   bash study/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
 #                               # 32, 64) by the model hopper and one after another with average
 #                               # and bmuf, K = 4 (docs/merge.md, "The model hopper")
