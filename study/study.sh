@@ -27,7 +27,7 @@
 #                               # segment processes' peak memory into j/peak-rss.txt
 #   bash study/study.sh j3      # epochs 1-3 of the reused K = 4, 8 settings again, for their
 #                               # drift ratios, into j/early/ (not bit-identical to parts a and f,
-#                               # made with older code: per setting, not per run)
+#                               # made by earlier code: per setting, not per run)
 #   bash study/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
 #                               # 32, 64) by the model hopper and one after another with average
 #                               # and bmuf, K = 4 (docs/merge.md, "The model hopper")
