@@ -1,0 +1,82 @@
+"""The early-warning test of part j (issue 49): does the drift ratio of a run's first epochs say how
+far below one worker it will end?
+
+    .venv/bin/python study/study_early_warning.py docs/img/study/j/early docs/img/study/i \
+        --finals docs/img/study/a docs/img/study/f
+
+Every run of the given parts whose history has the diagnostics gives one point: the mean drift
+ratio of its epochs 1 to ``--epochs`` against its gap to one worker at epoch 15, in points (one
+worker: the mean of part a's ``single`` runs, the first of ``--finals``). A run shorter than 15
+epochs (``study.sh j3``'s reruns) takes its final accuracy from the run of the same name in
+``--finals``: a pairing per setting and seed, since those reruns are not bit-identical to the runs
+they repeat. Printed: ``gpcnn.study.prediction.fit_early_warning`` over all the points, over the
+IID runs and over the label-skewed ones (rank correlation, the line, its leave-one-out error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+from gpcnn.study.prediction import fit_early_warning
+
+FINAL_EPOCH = 15.0
+SINGLE = "fashion-mnist-single-k1-m1-shuffled-bn-cnn-momentum"
+
+
+def final_accuracy(history: list[dict]) -> float | None:
+    return next((r["val_accuracy"] for r in history if r["epoch"] == FINAL_EPOCH), None)
+
+
+def points(parts: list[Path], finals: list[Path], epochs: float) -> list[tuple[bool, float, float]]:
+    """(skewed, early drift ratio, final gap in points) of every run with diagnostics."""
+    single = statistics.fmean(
+        final_accuracy(json.loads(path.read_text())["history"])
+        for path in (finals[0] / "runs").glob(f"{SINGLE}*.json")
+    )
+    found = []
+    for part in parts:
+        for path in sorted((part / "runs").glob("*.json")):
+            run = json.loads(path.read_text())
+            history = run["history"]
+            if history[0].get("drift_ratio") is None:
+                continue  # made before the diagnostics, or one worker
+            final = final_accuracy(history)
+            if final is None:
+                final = next(
+                    final_accuracy(json.loads(other.read_text())["history"])
+                    for other in (f / "runs" / path.name for f in finals)
+                    if other.exists()
+                )
+            early = statistics.fmean(r["drift_ratio"] for r in history if r["epoch"] <= epochs)
+            found.append((run["spec"].get("skew") is not None, early, 100.0 * (single - final)))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("parts", nargs="+", type=Path, help="parts whose runs have diagnostics")
+    parser.add_argument("--finals", nargs="+", type=Path, required=True,
+                        help="parts holding the full runs that short reruns repeat")  # fmt: skip
+    parser.add_argument("--epochs", type=float, default=3.0, help="the early epochs (default 3)")
+    args = parser.parse_args()
+    found = points(args.parts, args.finals, args.epochs)
+    print("| runs | count | Spearman | the line (gap in points) | leave-one-out error |")
+    print("|---|---|---|---|---|")
+    for name, chosen in (
+        ("all", found),
+        ("IID", [p for p in found if not p[0]]),
+        ("label-skewed", [p for p in found if p[0]]),
+    ):
+        warning = fit_early_warning([p[1] for p in chosen], [p[2] for p in chosen])
+        print(
+            f"| {name} | {warning.runs} | {warning.rank_correlation:.2f} | "
+            f"{warning.intercept:+.2f} + {warning.slope:.2f} × drift | "
+            f"{warning.leave_one_out_error:.2f} points |"
+        )
+
+
+if __name__ == "__main__":
+    main()
