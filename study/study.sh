@@ -213,8 +213,9 @@ j | j3)
   ) &
   sampler=$!
   trap 'kill $sampler' EXIT
-  for seed in ${STUDY_SEEDS:-0 1}; do
-    for k in 16 2; do
+  # K = 16 for every seed first: it is what the prediction is scored on.
+  for k in 16 2; do
+    for seed in ${STUDY_SEEDS:-0 1}; do
       "${study[@]}" --segments $k --seeds $seed --merge average,bmuf
       "${study[@]}" --segments $k --seeds $seed --merge bmuf --merges-per-epoch 4
     done
