@@ -16,6 +16,7 @@ from gpcnn.engines import Database, connect, release_sessions
 from gpcnn.engines.install import install, uninstall
 from gpcnn.estimator import GreenplumCNN, GreenplumModelSearch, TrainingError, fit_multiple
 from gpcnn.fit.direct_prediction import predict
+from gpcnn.fit.forecast import forecast_gap
 from gpcnn.fit.model_library import delete_model, list_models, load_model, store_model
 from gpcnn.fit.runs import delete_runs, list_runs, show_run
 from gpcnn.tools import embedded as _embedded  # noqa: F401  (connect()'s default server)
@@ -38,6 +39,7 @@ __all__ = [
     "describe_table",
     "drop_table",
     "fit_multiple",
+    "forecast_gap",
     "install",
     "list_models",
     "list_runs",

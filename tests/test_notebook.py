@@ -25,7 +25,7 @@ def test_the_notebook_runs_top_to_bottom_on_tiny_data(db, schema, tmp_path):
     (parameters,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     url = db.url.render_as_string(hide_password=False)
     parameters.source = (
-        'DATASET = "mnist-sample"\nLIMIT = 400\nSEGMENTS = 2\nITERATIONS = 2\n'
+        'DATASET = "mnist-sample"\nLIMIT = 400\nSEGMENTS = 2\nITERATIONS = 3\n'
         'RULES = ["average", "bmuf"]\nLEARNING_RATE = 0.05\n'
         f"DATABASE = {url!r}\nSCHEMA = {schema!r}\n"
     )
@@ -35,6 +35,7 @@ def test_the_notebook_runs_top_to_bottom_on_tiny_data(db, schema, tmp_path):
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "average: run" in text and "bmuf: run" in text
-    assert "best validation accuracy after 2 iterations" in text
+    assert "best validation accuracy after 3 iterations" in text
+    assert "average: drift ratio" in text and "on course to end about" in text  # early warning
     assert "average: drift ratio" in text and "bmuf: drift ratio" in text  # the diagnostics
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the figure, inline

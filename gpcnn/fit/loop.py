@@ -137,7 +137,7 @@ def run(
 
     db, options, first = plan.db, plan.options, len(history) + 1
     rates = LearningRates(model, options.batch_size, plan.local_epochs, plan.slices)
-    defaults = default_callbacks(plan.run_id, verbose, first, total)
+    defaults = default_callbacks(plan.run_id, verbose, first, total, history)
     model.stop_training = False
     hooks = keras_module().callbacks.CallbackList(
         [*defaults, *(callbacks or [])], model=model, epochs=total, verbose=0, steps=None

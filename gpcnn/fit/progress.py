@@ -1,11 +1,13 @@
 """What a fit tells while it runs, as Keras callbacks that every fit adds before the user's: the
-``gpcnn`` logger's line per iteration, the progress bar (``verbose=1``) and Keras's line per
-epoch (``verbose=2``). Imported when a fit starts: it imports Keras."""
+``gpcnn`` logger's line per iteration, the early warning once epoch 3 ends (``forecast``), the
+progress bar (``verbose=1``) and Keras's line per epoch (``verbose=2``). Imported when a fit
+starts: it imports Keras."""
 
 from __future__ import annotations
 
 import logging
 
+from gpcnn.fit.forecast import EARLY_EPOCHS, WARN_ABOVE, forecast_gap
 from gpcnn.kernel.keras_setup import keras_module
 
 PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
@@ -27,6 +29,24 @@ class LogLines(Callback):
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         LOG.info("run %s iteration %d/%d: %s", self.run_id, epoch + 1, self.total, shown(logs))
+
+
+class EarlyWarning(Callback):
+    """The ``gpcnn`` logger's early warning, once, at the iteration that ends epoch 3: a
+    ``WARNING`` when the gap it forecasts is beyond the forecast's error, else ``INFO``."""
+
+    def __init__(self, run_id: int, history: list[dict]) -> None:
+        super().__init__()
+        # the fit's own list: each row is in it before this hook runs
+        self.run_id, self.history = run_id, history
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        before = self.history[-2]["epoch"] if len(self.history) > 1 else 0.0
+        if not before < EARLY_EPOCHS <= self.history[-1]["epoch"]:
+            return
+        if (forecast := forecast_gap(self.history)) is not None:
+            level = logging.WARNING if forecast.gap > WARN_ABOVE else logging.INFO
+            LOG.log(level, "run %s: %s", self.run_id, forecast.message())
 
 
 class ProgressBar(Callback):
@@ -63,9 +83,12 @@ class IterationLines(Callback):
         print(f"Iteration {epoch + 1}/{self.total} - {logs['seconds']:.1f}s - {values}")
 
 
-def default_callbacks(run_id: int, verbose: int, first: int, total: int) -> list:
-    """The callbacks of a fit running iterations ``first`` to ``total``, by ``verbose``."""
-    callbacks: list = [LogLines(run_id, total)]
+def default_callbacks(
+    run_id: int, verbose: int, first: int, total: int, history: list[dict]
+) -> list:
+    """The callbacks of a fit running iterations ``first`` to ``total``, by ``verbose``;
+    ``history``: the fit's rows, which the loop appends to."""
+    callbacks: list = [LogLines(run_id, total), EarlyWarning(run_id, history)]
     if verbose == 1 and total >= first:
         callbacks.append(ProgressBar(run_id, first, total))
     if verbose == 2:

@@ -9,6 +9,7 @@ import json
 
 from gpcnn.data.by_name import check_path, load_by_name
 from gpcnn.engines import connect
+from gpcnn.fit.forecast import forecast_gap
 from gpcnn.tools import embedded
 
 
@@ -182,7 +183,8 @@ def _number(value, width: int, digits: int = 4) -> str:
 
 def _run_text(shown: dict) -> str:
     """A run as ``gpcnn runs show`` prints it: its summary, then one line per iteration, each
-    followed by its diagnostics (spread and merged step, and a line per segment)."""
+    followed by its diagnostics (spread and merged step, and a line per segment), and the early
+    warning once epoch 3 has ended."""
     params = shown["params"]
     optimizer = params.get("optimizer")
     if isinstance(optimizer, dict):  # a Keras optimizer object, serialized
@@ -204,6 +206,8 @@ def _run_text(shown: dict) -> str:
             )
         )
         lines += _diagnostics_lines(row)
+    if (forecast := forecast_gap(shown["history"])) is not None:
+        lines.append(f"early warning: {forecast.message()}")
     return "\n".join(lines)
 
 

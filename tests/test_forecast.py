@@ -1,0 +1,80 @@
+"""The early warning (issue 49, item 3): the gap to one worker a fit's first three epochs point to,
+logged once by the fit when epoch 3 ends, printed by ``gpcnn runs show``, and computed by
+``gpcnn.forecast_gap`` from any history."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from tiny import learnable_images, tiny_cnn
+
+import gpcnn
+from gpcnn.fit import forecast, runs
+from gpcnn.fit.progress import EarlyWarning
+from gpcnn.tools.commands import _run_text
+
+
+def rows(*pairs: tuple[float, float | None]) -> list[dict]:
+    return [
+        {"iteration": i, "epoch": epoch, "drift_ratio": ratio}
+        for i, (epoch, ratio) in enumerate(pairs, 1)
+    ]
+
+
+def test_the_forecast_is_the_studys_line_at_the_mean_drift_ratio_of_epochs_1_to_3():
+    found = gpcnn.forecast_gap(rows((1, 0.5), (2, 0.6), (3, 0.7), (4, 2.0)))
+    assert found.drift_ratio == pytest.approx(0.6)
+    assert found.gap == pytest.approx(forecast.INTERCEPT + forecast.SLOPE * 0.6)
+    assert f"{found.gap:.1f} points below one worker" in found.message()
+    assert f"± {forecast.ERROR:.1f}" in found.message()
+
+
+def test_four_merges_per_epoch_average_every_iteration_of_the_first_three_epochs():
+    quarters = rows(*((0.25 * i, 0.1 * i) for i in range(1, 13)))
+    assert gpcnn.forecast_gap(quarters).drift_ratio == pytest.approx(0.65)
+
+
+def test_there_is_no_forecast_before_epoch_3_ends_or_without_a_drift_ratio():
+    assert gpcnn.forecast_gap([]) is None
+    assert gpcnn.forecast_gap(rows((1, 0.5), (2, 0.6))) is None
+    assert gpcnn.forecast_gap(rows((1, 0.5), (2, None), (3, 0.7))) is None  # one segment, hopper
+
+
+def test_the_callback_speaks_once_at_the_iteration_that_ends_epoch_3(caplog):
+    history: list[dict] = []
+    callback = EarlyWarning(7, history)
+    with caplog.at_level(logging.INFO, logger="gpcnn"):
+        for row in rows((1, 0.9), (2, 1.0), (3, 1.1), (4, 1.2)):
+            history.append(row)
+            callback.on_epoch_end(row["iteration"] - 1)
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING  # 4.2 points forecast: beyond the line's error
+    assert record.getMessage() == f"run 7: {gpcnn.forecast_gap(history[:3]).message()}"
+
+
+def test_a_small_forecast_is_information_not_a_warning(caplog):
+    history = rows((1, 0.2), (2, 0.3), (3, 0.4))
+    with caplog.at_level(logging.INFO, logger="gpcnn"):
+        EarlyWarning(1, history).on_epoch_end(2)
+    [record] = caplog.records
+    assert record.levelno == logging.INFO
+    assert "on course to end about 0.9 points above one worker" in record.getMessage()
+
+
+@pytest.mark.every_dispatch
+def test_a_fit_logs_the_forecast_of_its_history_and_runs_show_prints_it(db, caplog):
+    x, y = learnable_images(120)
+    table = "gpcnn_forecast_test.train"
+    gpcnn.load_images(db, table, x, y, segments=3, buffer_size=20, replace=True, progress=False)
+    est = gpcnn.GreenplumCNN(
+        tiny_cnn(), optimizer="sgd", learning_rate=0.05, batch_size=16, iterations=4, seed=3,
+        database=db, threads_per_segment=1, verbose=0,
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="gpcnn"):
+        est.fit(table)
+    found = gpcnn.forecast_gap(est.history_)
+    assert found is not None and found.drift_ratio > 0
+    said = [r.getMessage() for r in caplog.records if "on course to end" in r.getMessage()]
+    assert said == [f"run {est.run_id_}: {found.message()}"]
+    assert f"early warning: {found.message()}" in _run_text(runs.show_run(db, est.run_id_))
