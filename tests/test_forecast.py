@@ -41,25 +41,26 @@ def test_there_is_no_forecast_before_epoch_3_ends_or_without_a_drift_ratio():
     assert gpcnn.forecast_gap(rows((1, 0.5), (2, None), (3, 0.7))) is None  # one segment, hopper
 
 
-def test_the_callback_speaks_once_at_the_iteration_that_ends_epoch_3(caplog):
+def test_the_callback_speaks_once_at_the_iteration_that_ends_epoch_3(caplog, capsys):
     history: list[dict] = []
-    callback = EarlyWarning(7, history)
+    callback = EarlyWarning(7, history, verbose=2)
     with caplog.at_level(logging.INFO, logger="gpcnn"):
         for row in rows((1, 0.9), (2, 1.0), (3, 1.1), (4, 1.2)):
             history.append(row)
             callback.on_epoch_end(row["iteration"] - 1)
     [record] = caplog.records
-    assert record.levelno == logging.WARNING  # 4.2 points forecast: beyond the line's error
-    assert record.getMessage() == f"run 7: {gpcnn.forecast_gap(history[:3]).message()}"
+    message = gpcnn.forecast_gap(history[:3]).message()
+    assert record.levelno == logging.INFO and record.getMessage() == f"run 7: {message}"
+    assert capsys.readouterr().out == f"Early warning: {message}\n"  # verbose=2 prints it
 
 
-def test_a_small_forecast_is_information_not_a_warning(caplog):
+def test_a_forecast_above_one_worker_says_above_and_prints_nothing_unless_verbose_2(caplog, capsys):
     history = rows((1, 0.2), (2, 0.3), (3, 0.4))
     with caplog.at_level(logging.INFO, logger="gpcnn"):
         EarlyWarning(1, history).on_epoch_end(2)
     [record] = caplog.records
-    assert record.levelno == logging.INFO
     assert "on course to end about 0.9 points above one worker" in record.getMessage()
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.every_dispatch

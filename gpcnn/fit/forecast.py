@@ -20,8 +20,6 @@ from dataclasses import dataclass
 EARLY_EPOCHS = 3.0
 INTERCEPT, SLOPE = -3.02, 7.21  # gap in points = INTERCEPT + SLOPE * early drift ratio
 ERROR = 2.79  # the line's leave-one-out root-mean-square error, in points
-# Above this forecast a fit warns rather than informs: a gap beyond the line's error.
-WARN_ABOVE = ERROR
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from gpcnn.fit.forecast import EARLY_EPOCHS, WARN_ABOVE, forecast_gap
+from gpcnn.fit.forecast import EARLY_EPOCHS, forecast_gap
 from gpcnn.kernel.keras_setup import keras_module
 
 PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
@@ -32,21 +32,23 @@ class LogLines(Callback):
 
 
 class EarlyWarning(Callback):
-    """The ``gpcnn`` logger's early warning, once, at the iteration that ends epoch 3: a
-    ``WARNING`` when the gap it forecasts is beyond the forecast's error, else ``INFO``."""
+    """The early warning, once, at the iteration that ends epoch 3: an ``INFO`` line on the
+    ``gpcnn`` logger, and a printed line with ``verbose=2`` (not a ``WARNING``: the study and
+    model searches run settings that are meant to lag, and their terminals stay quiet)."""
 
-    def __init__(self, run_id: int, history: list[dict]) -> None:
+    def __init__(self, run_id: int, history: list[dict], verbose: int = 0) -> None:
         super().__init__()
         # the fit's own list: each row is in it before this hook runs
-        self.run_id, self.history = run_id, history
+        self.run_id, self.history, self.verbose = run_id, history, verbose
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         before = self.history[-2]["epoch"] if len(self.history) > 1 else 0.0
         if not before < EARLY_EPOCHS <= self.history[-1]["epoch"]:
             return
         if (forecast := forecast_gap(self.history)) is not None:
-            level = logging.WARNING if forecast.gap > WARN_ABOVE else logging.INFO
-            LOG.log(level, "run %s: %s", self.run_id, forecast.message())
+            LOG.info("run %s: %s", self.run_id, forecast.message())
+            if self.verbose == 2:
+                print(f"Early warning: {forecast.message()}")
 
 
 class ProgressBar(Callback):
@@ -88,7 +90,7 @@ def default_callbacks(
 ) -> list:
     """The callbacks of a fit running iterations ``first`` to ``total``, by ``verbose``;
     ``history``: the fit's rows, which the loop appends to."""
-    callbacks: list = [LogLines(run_id, total), EarlyWarning(run_id, history)]
+    callbacks: list = [LogLines(run_id, total), EarlyWarning(run_id, history, verbose)]
     if verbose == 1 and total >= first:
         callbacks.append(ProgressBar(run_id, first, total))
     if verbose == 2:
