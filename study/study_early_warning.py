@@ -3,6 +3,7 @@ far below one worker it will end?
 
     .venv/bin/python study/study_early_warning.py docs/img/study/j/early docs/img/study/i \
         --finals docs/img/study/a docs/img/study/f
+    .venv/bin/python study/study_early_warning.py docs/img/study/j --finals docs/img/study/a --score
 
 Every run of the given parts whose history has the diagnostics gives one point: the mean drift
 ratio of its epochs 1 to ``--epochs`` against its gap to one worker at epoch 15, in points (one
@@ -11,6 +12,11 @@ epochs (``study.sh j3``'s reruns) takes its final accuracy from the run of the s
 ``--finals``: a pairing per setting and seed, since those reruns are not bit-identical to the runs
 they repeat. Printed: ``gpcnn.study.prediction.fit_early_warning`` over all the points, over the
 IID runs and over the label-skewed ones (rank correlation, the line, its leave-one-out error).
+
+``--score``: no fit; the line a fit logs (``gpcnn.fit.forecast``, fitted before these runs) is
+scored out of sample on every run of the parts with diagnostics: per run its forecast beside its
+gap, then the root-mean-square miss, the rank correlation and how many runs fall within the
+line's stated error.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ import json
 import statistics
 from pathlib import Path
 
-from gpcnn.study.prediction import fit_early_warning
+from gpcnn.fit.forecast import ERROR, forecast_gap
+from gpcnn.study.prediction import fit_early_warning, spearman
 
 FINAL_EPOCH = 15.0
 SINGLE = "fashion-mnist-single-k1-m1-shuffled-bn-cnn-momentum"
@@ -30,8 +37,11 @@ def final_accuracy(history: list[dict]) -> float | None:
     return next((r["val_accuracy"] for r in history if r["epoch"] == FINAL_EPOCH), None)
 
 
-def points(parts: list[Path], finals: list[Path], epochs: float) -> list[tuple[bool, float, float]]:
-    """(skewed, early drift ratio, final gap in points) of every run with diagnostics."""
+def points(
+    parts: list[Path], finals: list[Path], epochs: float
+) -> list[tuple[bool, float, float, str]]:
+    """(skewed, early drift ratio, final gap in points, run name) of every run with
+    diagnostics."""
     single = statistics.fmean(
         final_accuracy(json.loads(path.read_text())["history"])
         for path in (finals[0] / "runs").glob(f"{SINGLE}*.json")
@@ -51,7 +61,8 @@ def points(parts: list[Path], finals: list[Path], epochs: float) -> list[tuple[b
                     if other.exists()
                 )
             early = statistics.fmean(r["drift_ratio"] for r in history if r["epoch"] <= epochs)
-            found.append((run["spec"].get("skew") is not None, early, 100.0 * (single - final)))
+            skewed = run["spec"].get("skew") is not None
+            found.append((skewed, early, 100.0 * (single - final), path.stem))
     return found
 
 
@@ -61,8 +72,12 @@ def main() -> None:
     parser.add_argument("--finals", nargs="+", type=Path, required=True,
                         help="parts holding the full runs that short reruns repeat")  # fmt: skip
     parser.add_argument("--epochs", type=float, default=3.0, help="the early epochs (default 3)")
+    parser.add_argument("--score", action="store_true", help="score gpcnn's line, fit nothing")
     args = parser.parse_args()
     found = points(args.parts, args.finals, args.epochs)
+    if args.score:
+        score(found)
+        return
     print("| runs | count | Spearman | the line (gap in points) | leave-one-out error |")
     print("|---|---|---|---|---|")
     for name, chosen in (
@@ -76,6 +91,25 @@ def main() -> None:
             f"{warning.intercept:+.2f} + {warning.slope:.2f} × drift | "
             f"{warning.leave_one_out_error:.2f} points |"
         )
+
+
+def score(found: list[tuple[bool, float, float, str]]) -> None:
+    """The committed line's forecast of each run against its gap, and the summary."""
+    print("| run | early drift ratio | forecast gap | measured gap | miss |")
+    print("|---|---|---|---|---|")
+    misses = []
+    for _, drift, gap, name in found:
+        forecast = forecast_gap([{"epoch": 1.0, "drift_ratio": drift}], epochs=1.0).gap
+        misses.append(gap - forecast)
+        print(f"| {name} | {drift:.3f} | {forecast:.2f} | {gap:.2f} | {gap - forecast:+.2f} |")
+    rms = statistics.fmean(m * m for m in misses) ** 0.5
+    within = sum(abs(m) <= ERROR for m in misses)
+    rank = spearman([p[1] for p in found], [p[2] for p in found])
+    print(
+        f"\n{len(found)} runs: root-mean-square miss {rms:.2f} points (stated error {ERROR}), "
+        f"mean miss {statistics.fmean(misses):+.2f}, {within} within ± {ERROR}, "
+        f"Spearman {rank:.2f}"
+    )
 
 
 if __name__ == "__main__":
