@@ -15,7 +15,16 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # bench/ is no package of gpcnn's: it lives beside it
     sys.path.insert(0, str(ROOT))
 
-from bench.suite import epoch, greenplum, loading, metadata, registry, report, runner  # noqa: E402
+from bench.suite import (  # noqa: E402
+    diagnostics,
+    epoch,
+    greenplum,
+    loading,
+    metadata,
+    registry,
+    report,
+    runner,
+)
 from bench.suite.base import Benchmark, Context, Outcome, Table, Target  # noqa: E402
 
 CPUINFO = "processor\t: 0\nmodel name\t: Example CPU 9000\nprocessor\t: 1\nmodel name\t: Example CPU 9000\n"
@@ -90,7 +99,9 @@ def test_a_parameter_the_benchmark_lacks_is_refused_before_anything_runs():
 def test_the_registry_names_each_benchmark_once_and_refuses_an_unknown_one():
     names = registry.names()
     assert len(names) == len(set(names)) <= 8
-    assert {"loading", "epoch", "fixed_cost", "predict", "soak", "greenplum"} <= set(names)
+    assert {"loading", "epoch", "fixed_cost", "diagnostics", "predict", "soak", "greenplum"} <= set(
+        names
+    )
     with pytest.raises(KeyError, match="no benchmark 'nope'"):
         registry.get("nope")
 
@@ -137,6 +148,17 @@ def test_the_epoch_targets_are_ratios_of_the_medians_within_the_run():
     assert k1 == {"target": k1["target"], "value": "1.00", "met": True}  # 11 / 11
     k2 = targets["batch 32, metrics none: K = 2 ≤ 1.1× the 2-core limit (`fit` 1 thread ÷ 2)"]
     assert (k2["value"], k2["met"]) == ("1.20", False)  # 9.6 / (16 / 2)
+
+
+def test_the_diagnostics_target_is_the_median_of_each_rounds_share_of_the_fixed_cost():
+    outcome = diagnostics.outcome(
+        {1.0: {"fixed": [0.05, 0.1, 0.2], "passes": [0.002, 0.001, 0.002], "share": [0.04, 0.01, 0.01]},
+         25.0: {"fixed": [1.0, 1.0, 1.0], "passes": [0.1, 0.1, 0.1], "share": [0.1, 0.1, 0.1]}}
+    )  # fmt: skip
+    small, big = outcome.targets
+    assert (small.value, small.met) == ("1.0 %", True)
+    assert (big.value, big.met) == ("10.0 %", False)
+    assert outcome.tables[0].rows[0][-1] == "1.0–4.0 %"
 
 
 def test_the_loading_targets_hold_each_load_to_100_mbs_and_half_the_raw_copy():

@@ -11,6 +11,7 @@ MODULES = {
     "loading": "loading",
     "epoch": "epoch",
     "fixed_cost": "fixed_cost",
+    "diagnostics": "diagnostics",
     "predict": "predict",
     "soak": "soak",
     "greenplum": "greenplum",
