@@ -3,7 +3,9 @@ far below one worker it will end?
 
     .venv/bin/python study/study_early_warning.py docs/img/study/j/early docs/img/study/i \
         --finals docs/img/study/a docs/img/study/f
-    .venv/bin/python study/study_early_warning.py docs/img/study/j --finals docs/img/study/a --score
+    .venv/bin/python study/study_early_warning.py docs/img/study/j/early docs/img/study/i \
+        --finals docs/img/study/a docs/img/study/f --score docs/img/study/j \
+        --plot docs/img/study/j/early_warning.png
 
 Every run of the given parts whose history has the diagnostics gives one point: the mean drift
 ratio of its epochs 1 to ``--epochs`` against its gap to one worker at epoch 15, in points (one
@@ -13,10 +15,10 @@ epochs (``study.sh j3``'s reruns) takes its final accuracy from the run of the s
 they repeat. Printed: ``gpcnn.study.prediction.fit_early_warning`` over all the points, over the
 IID runs and over the label-skewed ones (rank correlation, the line, its leave-one-out error).
 
-``--score``: no fit; the line a fit logs (``gpcnn.fit.forecast``, fitted before these runs) is
-scored out of sample on every run of the parts with diagnostics: per run its forecast beside its
-gap, then the root-mean-square miss, the rank correlation and how many runs fall within the
-line's stated error.
+``--score PART ...``: the line a fit logs (``gpcnn.fit.forecast``, fitted on the first parts
+before these runs) scored out of sample on every run of these parts with diagnostics: per run its
+forecast beside its gap, then the root-mean-square miss, the rank correlation and how many runs
+fall within the line's stated error. ``--plot FILE``: every point and the line, in one figure.
 """
 
 from __future__ import annotations
@@ -72,12 +74,11 @@ def main() -> None:
     parser.add_argument("--finals", nargs="+", type=Path, required=True,
                         help="parts holding the full runs that short reruns repeat")  # fmt: skip
     parser.add_argument("--epochs", type=float, default=3.0, help="the early epochs (default 3)")
-    parser.add_argument("--score", action="store_true", help="score gpcnn's line, fit nothing")
+    parser.add_argument("--score", nargs="+", type=Path, default=[],
+                        help="parts to score gpcnn's line on, out of sample")  # fmt: skip
+    parser.add_argument("--plot", type=Path, help="a PNG of the points and the line")
     args = parser.parse_args()
     found = points(args.parts, args.finals, args.epochs)
-    if args.score:
-        score(found)
-        return
     print("| runs | count | Spearman | the line (gap in points) | leave-one-out error |")
     print("|---|---|---|---|---|")
     for name, chosen in (
@@ -91,6 +92,41 @@ def main() -> None:
             f"{warning.intercept:+.2f} + {warning.slope:.2f} × drift | "
             f"{warning.leave_one_out_error:.2f} points |"
         )
+    scored = points(args.score, args.finals, args.epochs) if args.score else []
+    if scored:
+        print()
+        score(scored)
+    if args.plot:
+        plot(found, scored, args.plot)
+
+
+def plot(found: list, scored: list, out: Path) -> None:
+    """The fitted runs (IID and skewed apart), the scored ones and gpcnn's line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drifts = [p[1] for p in found + scored]
+    xs = [min(drifts), max(drifts)]
+    line = [forecast_gap([{"epoch": 1.0, "drift_ratio": x}], epochs=1.0).gap for x in xs]
+    ax.plot(xs, line, "k-", label="the line a fit logs")
+    ax.fill_between(xs, [y - ERROR for y in line], [y + ERROR for y in line], color="0.9", zorder=0)
+    for label, chosen, style in (
+        ("IID, K = 4 and 8 (fitted)", [p for p in found if not p[0]], "o"),
+        ("label skew α = 0.1, K = 4 (fitted)", [p for p in found if p[0]], "s"),
+        ("K = 2 and 16, out of sample", scored, "x"),
+    ):
+        if chosen:
+            ax.scatter([p[1] for p in chosen], [p[2] for p in chosen], marker=style, label=label,
+                       zorder=3)  # fmt: skip
+    ax.set_xlabel("mean drift ratio of epochs 1-3")
+    ax.set_ylabel("gap to one worker at epoch 15 (points)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
 
 
 def score(found: list[tuple[bool, float, float, str]]) -> None:
