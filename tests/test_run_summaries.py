@@ -53,8 +53,9 @@ def test_the_command_line_lists_runs_with_those_columns_and_shows_the_history(
     assert line.split()[3:5] == ["3", "3.00"]
 
     assert cli.main(["runs", "show", str(fitted.run_id_), *base]) == 0
-    summary, columns, *rows = capsys.readouterr().out.splitlines()
+    summary, columns, *rows, warning = capsys.readouterr().out.splitlines()
     assert summary.startswith(f"run {fitted.run_id_}: finished, {DATA}.train, merge=average")
+    assert warning == f"early warning: {gpcnn.forecast_gap(fitted.history_).message()}"
     assert columns.split() == ["iteration", "epoch", "loss", "accuracy", "val_loss",
                                "val_accuracy", "seconds", "drift_ratio"]  # fmt: skip
     diagnostics = [r for r in rows if r.split()[0] in ("spread", "segment")]
