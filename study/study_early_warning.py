@@ -28,7 +28,7 @@ import json
 import statistics
 from pathlib import Path
 
-from gpcnn.fit.forecast import ERROR, forecast_gap
+from gpcnn.fit.forecast import ERROR, line_gap
 from gpcnn.study.prediction import fit_early_warning, spearman
 
 FINAL_EPOCH = 15.0
@@ -110,7 +110,7 @@ def plot(found: list, scored: list, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drifts = [p[1] for p in found + scored]
     xs = [min(drifts), max(drifts)]
-    line = [forecast_gap([{"epoch": 1.0, "drift_ratio": x}], epochs=1.0).gap for x in xs]
+    line = [line_gap(x) for x in xs]
     ax.plot(xs, line, "k-", label="the line a fit logs")
     ax.fill_between(xs, [y - ERROR for y in line], [y + ERROR for y in line], color="0.9", zorder=0)
     for label, chosen, style in (
@@ -135,7 +135,7 @@ def score(found: list[tuple[bool, float, float, str]]) -> None:
     print("|---|---|---|---|---|")
     misses = []
     for _, drift, gap, name in found:
-        forecast = forecast_gap([{"epoch": 1.0, "drift_ratio": drift}], epochs=1.0).gap
+        forecast = line_gap(drift)
         misses.append(gap - forecast)
         print(f"| {name} | {drift:.3f} | {forecast:.2f} | {gap:.2f} | {gap - forecast:+.2f} |")
     rms = statistics.fmean(m * m for m in misses) ** 0.5

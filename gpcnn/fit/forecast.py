@@ -43,6 +43,12 @@ class GapForecast:
         )
 
 
+def line_gap(drift_ratio: float) -> float:
+    """The gap to one worker at epoch 15, in points, that the study's line gives an early drift
+    ratio."""
+    return INTERCEPT + SLOPE * drift_ratio
+
+
 def forecast_gap(history: Sequence[dict], epochs: float = EARLY_EPOCHS) -> GapForecast | None:
     """The early warning of a fit's history (``GreenplumCNN.history_``, ``show_run``'s), or None
     until it has ``epochs`` epochs with a drift ratio in each iteration.
@@ -67,4 +73,4 @@ def forecast_gap(history: Sequence[dict], epochs: float = EARLY_EPOCHS) -> GapFo
     if any(r is None for r in ratios):
         return None
     drift = statistics.fmean(ratios)
-    return GapForecast(epochs, drift, INTERCEPT + SLOPE * drift)
+    return GapForecast(epochs, drift, line_gap(drift))

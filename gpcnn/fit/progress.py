@@ -45,10 +45,12 @@ class EarlyWarning(Callback):
         before = self.history[-2]["epoch"] if len(self.history) > 1 else 0.0
         if not before < EARLY_EPOCHS <= self.history[-1]["epoch"]:
             return
-        if (forecast := forecast_gap(self.history)) is not None:
-            LOG.info("run %s: %s", self.run_id, forecast.message())
-            if self.verbose == 2:
-                print(f"Early warning: {forecast.message()}")
+        if (forecast := forecast_gap(self.history)) is None:
+            return
+        message = forecast.message()
+        LOG.info("run %s: %s", self.run_id, message)
+        if self.verbose == 2:
+            print(f"Early warning: {message}")
 
 
 class ProgressBar(Callback):
