@@ -222,11 +222,12 @@ j | j3)
   done
   ;;
 h)
-  # ~12 bn-cnn runs' worth (4 configurations x 3 methods x 15 epochs), about 1.5 h at part a's
-  # 30 s per K = 4 epoch; the hopper's run ids are kept in $out/h/hopper-runs.json to resume.
+  # ~12 bn-cnn runs' worth per seed (4 configurations x 3 methods x 15 epochs), about 1.5 h at
+  # part a's 30 s per K = 4 epoch; the hopper's run ids are kept in $out/h/hopper-runs*.json to
+  # resume. Seed 0 first: a study stopped after it has part h's first seed whole.
   configs="momentum:$(lr momentum):32,momentum:$(lr momentum):64,adam:$(lr adam):32,adam:$(lr adam):64"
   "${gpcnn[@]}" mop "${fashion[@]}" --optimizer-state local --segments 4 --merge average,bmuf \
-    --configs "$configs" --target 0.9 --out "$out/h"
+    --configs "$configs" --target 0.9 --seeds 0,1 --out "$out/h"
   ;;
 *)
   echo "unknown part $part: sweep, a, b, c, d, e, f, g, h, i, i3, j or j3" >&2

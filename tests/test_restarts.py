@@ -280,15 +280,15 @@ def test_a_segment_backend_killed_mid_iteration_is_named_alone_and_the_run_resum
         "AND leader_pid IS NULL AND pid <> pg_backend_pid()"
     )
     name = f"gpcnn/{os.getpid()}"
-    with db.connect() as conn:
-        pid = _wait(
-            fitting_and(
-                lambda: conn.execute(
-                    sa.text(f"SELECT max(pid) FROM pg_stat_activity WHERE {training}"), {"n": name}
-                ).scalar()
-            ),
-            "a training statement",
-        )
+
+    def training_pid():
+        # A new transaction each time: pg_stat_activity is a snapshot per transaction, so one
+        # held open would never see a statement that began after its first look.
+        with db.connect() as conn:
+            query = sa.text(f"SELECT max(pid) FROM pg_stat_activity WHERE {training}")
+            return conn.execute(query, {"n": name}).scalar()
+
+    pid = _wait(fitting_and(training_pid), "a training statement")
     os.kill(pid, signal.SIGKILL)
     fitting.join(180)
     assert not fitting.is_alive()

@@ -5,9 +5,10 @@ configuration reaches the target, and whether both pick the same best configurat
 
 Resumable like the other parts: each configuration has a folder ``DIR/<optimizer>-lr<rate>-b<batch>``
 whose ``runs/<name>.json`` are its finished runs (the hopper's with merge ``hopper``); the hopper's
-run ids are kept in ``DIR/hopper-runs.json`` before it trains, so a killed study continues them
-from their last stored epoch. Then ``DIR/history.csv`` (a ``configuration`` column),
-``DIR/report.md`` and ``DIR/mop_vs_merge.png``.
+run ids for each seed are kept in ``DIR/hopper-runs.json`` (seed 0; ``hopper-runs-s<seed>.json``
+for the others) before it trains, so a killed study continues them from their last stored epoch.
+Then ``DIR/history.csv`` (a ``configuration`` column), ``DIR/report.md`` (means over the seeds, and
+the hopper's difference from each merge with the study's 2·SE rule) and ``DIR/mop_vs_merge.png``.
 """
 
 from __future__ import annotations
@@ -64,9 +65,11 @@ def plan(
     merges: Sequence[str],
     segments: int,
     epochs: int,
+    seeds: Sequence[int] = (0,),
     **common,
 ) -> dict[str, list[RunSpec]]:
-    """Method (``hopper`` and each merge rule) -> one spec per configuration, in order."""
+    """Method (``hopper`` and each merge rule) -> one spec per seed and configuration, seed by
+    seed, the configurations in order within each."""
     allowed = [rule for rule in RULES if rule not in ("single", "sync")]
     bad = [rule for rule in merges if rule not in allowed]
     if bad:
@@ -82,8 +85,10 @@ def plan(
                 optimizer=name,
                 learning_rate=rate,
                 batch_size=batch,
+                seed=seed,
                 **common,
             )
+            for seed in seeds
             for name, rate, batch in configurations
         ]
         for method in (HOPPER, *merges)
@@ -91,8 +96,8 @@ def plan(
 
 
 def run_hopper(db: Database, specs: Sequence[RunSpec], out: Path, *, path=None, progress=True):
-    """The configurations under the hopper, each from the same start weights as its merged
-    runs (the model built after the seed is set, as ``run_one`` does)."""
+    """The configurations under the hopper (specs of one seed), each from the same start weights
+    as its merged runs (the model built after the seed is set, as ``run_one`` does)."""
     files = [folder(out, spec) / "runs" / f"{spec.name}.json" for spec in specs]
     if all(f.exists() for f in files):
         return
@@ -100,7 +105,8 @@ def run_hopper(db: Database, specs: Sequence[RunSpec], out: Path, *, path=None, 
         f.parent.mkdir(parents=True, exist_ok=True)
     train, test = _tables(db, specs[0], path, {})
     info = describe(db, train)
-    ids_file = out / "hopper-runs.json"
+    seed = specs[0].seed
+    ids_file = out / ("hopper-runs.json" if seed == 0 else f"hopper-runs-s{seed}.json")
     resume = json.loads(ids_file.read_text()) if ids_file.exists() else None
     configs = []
     for spec in specs:
@@ -136,7 +142,9 @@ def run_part(
 ) -> str:
     """Every method's runs (reused when finished), then history.csv, report.md, the figure."""
     out = Path(out)
-    run_hopper(db, runs[HOPPER], out, path=path, progress=progress)
+    for seed in dict.fromkeys(spec.seed for spec in runs[HOPPER]):
+        seeded = [spec for spec in runs[HOPPER] if spec.seed == seed]
+        run_hopper(db, seeded, out, path=path, progress=progress)
     for method, specs in runs.items():
         if method != HOPPER:
             for spec in specs:

@@ -117,7 +117,7 @@ def cmd_mop(args: argparse.Namespace) -> int:
         args.segments[0],
         args.iterations,
         model=args.model,
-        seed=args.seeds[0],
+        seeds=args.seeds,
         shuffle=args.shuffle,
         optimizer_state=args.optimizer_state[0],
     )
