@@ -5,6 +5,7 @@ per-configuration evaluate and predict. Every test runs in both dispatch modes."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -276,3 +277,32 @@ def test_study_part_h_plans_each_configuration_under_the_hopper_and_each_merge()
         hopping.parse_configurations("momentum:0.01")
     with pytest.raises(ValueError, match="merges"):
         hopping.plan("mnist-sample", configs, ["single"], 4, 3)
+
+
+def test_part_h_reports_means_over_seeds_and_the_hoppers_difference_with_its_error_bar(tmp_path):
+    from gpcnn.study import hopping
+
+    configs = hopping.parse_configurations("momentum:0.01:32, adam:0.001:64")
+    runs_of = hopping.plan("mnist-sample", configs, ["average"], 4, 2, seeds=(0, 1))
+    assert [(s.seed, s.optimizer) for s in runs_of["hopper"]] == [
+        (0, "momentum"), (0, "adam"), (1, "momentum"), (1, "adam"),
+    ]  # fmt: skip
+    # Finished runs, as a study leaves them: the hopper 0.90/0.92 at epoch 2, the average 0.88.
+    final = {("hopper", 0): 0.90, ("hopper", 1): 0.92, ("average", 0): 0.88, ("average", 1): 0.88}
+    for method, specs in runs_of.items():
+        for spec in specs:
+            history = [
+                {"epoch": e, "iteration": e, "val_accuracy": v, "seconds": 10.0, "images": 8}
+                for e, v in ((1, 0.5), (2, final[method, spec.seed]))
+            ]
+            done = hopping.folder(tmp_path, spec) / "runs" / f"{spec.name}.json"
+            done.parent.mkdir(parents=True, exist_ok=True)
+            done.write_text(json.dumps({"spec": dataclasses.asdict(spec), "history": history}))
+    text = hopping.run_part(None, runs_of, tmp_path, progress=False, target=0.9)
+    assert "| momentum lr=0.01 batch=32 | 2 | 0.9100 ± 0.0141 | 0.8800 ± 0.0000 |" in text
+    # +3 points, SE = sqrt(0.0141²/2 + 0) = 0.01: 2·SE = 2 points, so the difference is real
+    assert "| momentum lr=0.01 batch=32 | +3.00 ± 2.00 (real) |" in text
+    assert "| momentum lr=0.01 batch=32 | 2, 2 | never, never |" in text
+    rows = (tmp_path / "history.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 2 * 2 * 2  # a header, then configurations × methods × seeds × epochs
+    assert (tmp_path / "mop_vs_merge.png").stat().st_size > 0

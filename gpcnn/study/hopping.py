@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+import numpy as np
+
 from gpcnn.data.tables import describe
 from gpcnn.engines import Database
 from gpcnn.estimator import fit_multiple
@@ -149,22 +151,21 @@ def run_part(
         if method != HOPPER:
             for spec in specs:
                 run_one(db, spec, folder(out, spec), path=path, progress=progress)
+    configurations = {_name(spec): _label(spec) for spec in runs[HOPPER]}
     rows = [
-        {"configuration": _name(spec), **row}
-        for spec in runs[HOPPER]
-        for row in report.collect(folder(out, spec), (*RULES, HOPPER))
+        {"configuration": name, **row}
+        for name in configurations
+        for row in report.collect(out / name, (*RULES, HOPPER))
     ]
     report.write_csv(rows, out / "history.csv")
-    histories = {
-        (method, i): json.loads((folder(out, spec) / "runs" / f"{spec.name}.json").read_text())[
-            "history"
-        ]
-        for method, specs in runs.items()
-        for i, spec in enumerate(specs)
-    }
-    text = _report(runs, histories, target)
+    histories: dict[tuple[str, str], list[list[dict]]] = {}
+    for method, specs in runs.items():
+        for spec in specs:
+            done = json.loads((folder(out, spec) / "runs" / f"{spec.name}.json").read_text())
+            histories.setdefault((method, _name(spec)), []).append(done["history"])
+    text = _report(runs, configurations, histories, target)
     (out / "report.md").write_text(text)
-    _figure(runs, histories, out / "mop_vs_merge.png")
+    _figure(runs, configurations, histories, out / "mop_vs_merge.png")
     return text
 
 
@@ -172,59 +173,88 @@ def _label(spec: RunSpec) -> str:
     return f"{spec.optimizer} lr={spec.learning_rate:g} batch={spec.batch_size}"
 
 
-def _report(runs, histories, target: float | None) -> str:
+def _report(runs, configurations: dict[str, str], histories, target: float | None) -> str:
+    """report.md: every cell a mean over the seeds (± their sd with more than one)."""
     methods = list(runs)
     first = runs[HOPPER][0]
+    seeds = sorted({spec.seed for spec in runs[HOPPER]})
     epochs = [e for e in report.REPORT_EPOCHS if e <= first.iterations]
     if first.iterations not in epochs:
         epochs.append(first.iterations)
+
+    def values(method: str, name: str, epoch: float) -> list[float]:
+        found = (report.at_epoch(h, epoch, "val_accuracy") for h in histories[method, name])
+        return [v for v in found if v is not None]
+
     lines = [
         f"# Part h: MOP against the merge ({first.dataset}, {first.model}, K = {first.segments})",
         "",
         "Validation accuracy per configuration at equal epochs: the model hopper (each model "
         "trained on one segment per hop, rotating, no merge) against the same configurations "
-        f"trained one after another with {', '.join(methods[1:])}.",
+        f"trained one after another with {', '.join(methods[1:])}. "
+        + (
+            f"Seeds {', '.join(map(str, seeds))}: each cell is the mean over them ± their "
+            "standard deviation."
+            if len(seeds) > 1
+            else f"One seed ({seeds[0]})."
+        ),
         "",
         "| configuration | epoch | " + " | ".join(methods) + " |",
         "|---|---|" + "---|" * len(methods),
     ]
-    for i, spec in enumerate(runs[HOPPER]):
+    for name, label in configurations.items():
         for e in epochs:
-            cells = [report.at_epoch(histories[m, i], e, "val_accuracy") for m in methods]
-            shown = " | ".join("—" if c is None else f"{c:.4f}" for c in cells)
-            lines.append(f"| {_label(spec)} | {e} | {shown} |")
+            shown = " | ".join(report.cell(values(m, name, e)) or "—" for m in methods)
+            lines.append(f"| {label} | {e} | {shown} |")
+    last = first.iterations
+    lines += _per_configuration(
+        f"The hopper against each merge at epoch {last} (points, the difference of the means "
+        "± twice its standard error, and the study's verdict):",
+        configurations, methods[1:],
+        lambda m, name: _difference(values(HOPPER, name, last), values(m, name, last)),
+    )  # fmt: skip
     if target is not None:
         lines += _per_configuration(
-            f"Epochs to {target:g} validation accuracy:", runs, methods,
-            lambda m, i: "never" if (r := report.epochs_to(histories[m, i], target)) is None
-            else f"{r:g}",
+            f"Epochs to {target:g} validation accuracy (each seed's):", configurations, methods,
+            lambda m, name: ", ".join(
+                "never" if (r := report.epochs_to(h, target)) is None else f"{r:g}"
+                for h in histories[m, name]
+            ),
         )  # fmt: skip
-    last = range(max(1, first.iterations - 4), first.iterations + 1)
+    window = range(max(1, last - 4), last + 1)
     lines += _per_configuration(
-        f"Mean validation accuracy of epochs {last[0]}–{last[-1]}:", runs, methods,
-        lambda m, i: f"{sum(report.at_epoch(histories[m, i], e, 'val_accuracy') for e in last) / len(last):.4f}",  # noqa: E501
+        f"Mean validation accuracy of epochs {window[0]}–{window[-1]}:", configurations, methods,
+        lambda m, name: report.cell(
+            [sum(values(m, name, e)[i] for e in window) / len(window) for i in range(len(seeds))]
+        ),
     )  # fmt: skip
     lines += ["", "| method | best configuration | its accuracy | selection wall s |"]
     lines += ["|---|---|---|---|"]
     best = {}
     for m in methods:
-        finals = [histories[m, i][-1]["val_accuracy"] for i in range(len(runs[m]))]
-        best[m] = max(range(len(finals)), key=lambda i: (finals[i], -i))
-        wall = _wall(m, [histories[m, i] for i in range(len(runs[m]))])
-        spec = runs[m][best[m]]
-        lines.append(f"| {m} | {_label(spec)} | {finals[best[m]]:.4f} | {wall:.0f} |")
+        best[m] = max(configurations, key=lambda name: sum(values(m, name, last)))
+        wall = [_wall(m, [histories[m, name][i] for name in configurations]) for i in range(len(seeds))]
+        finals = report.cell(values(m, best[m], last))
+        lines.append(f"| {m} | {configurations[best[m]]} | {finals} | {report.cell(wall, 0)} |")
     same = len(set(best.values())) == 1
     lines += ["", f"Same best configuration under every method: {'yes' if same else 'no'}."]
     if target is not None:
         lines += ["", f"Best configuration's time to {target:g} validation accuracy:", ""]
         for m in methods:
-            history = histories[m, best[m]]
-            reached = report.epochs_to(history, target)
-            if reached is None:
-                lines.append(f"- {m}: not reached in {len(history)} epochs")
+            reached = [
+                (epoch, sum(r["seconds"] for r in h if r["epoch"] <= epoch))
+                for h in histories[m, best[m]]
+                if (epoch := report.epochs_to(h, target)) is not None
+            ]
+            if not reached:
+                lines.append(f"- {m}: not reached in {last} epochs")
                 continue
-            seconds = sum(r["seconds"] for r in history if r["epoch"] <= reached)
-            lines.append(f"- {m}: epoch {reached:g}, {seconds:.0f} s of its training")
+            when = report.cell([e for e, _ in reached], 1)
+            seconds = report.cell([s for _, s in reached], 0)
+            lines.append(
+                f"- {m}: epoch {when}, {seconds} s of its training "
+                f"({len(reached)} of {len(seeds)} seeds reached it)"
+            )
     lines += [
         "",
         "Under the hopper all configurations train together, so an epoch's seconds are those of "
@@ -235,6 +265,13 @@ def _report(runs, histories, target: float | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _difference(a: list[float], b: list[float]) -> str:
+    """mean(a) − mean(b) in points, ± 2·SE, and the verdict (``report.difference``)."""
+    diff, se, verdict = report.difference(a, b)
+    bar = "" if se is None else f" ± {200 * se:.2f}"
+    return f"{100 * diff:+.2f}{bar} ({verdict})"
+
+
 def _wall(method: str, histories: Sequence[list[dict]]) -> float:
     """Seconds of the whole selection: the hopper's epochs are shared by every configuration."""
     if method == HOPPER:
@@ -242,18 +279,26 @@ def _wall(method: str, histories: Sequence[list[dict]]) -> float:
     return sum(r["seconds"] for h in histories for r in h)
 
 
-def _figure(runs, histories, path: Path) -> None:
+def _figure(runs, configurations: dict[str, str], histories, path: Path) -> None:
+    """Validation accuracy per epoch, a panel per configuration: each method's mean over the
+    seeds, with a band of ± one sd where there are several."""
     from matplotlib.figure import Figure
 
-    configs = runs[HOPPER]
-    fig = Figure(figsize=(4 * len(configs), 3.2))
-    axes = fig.subplots(1, len(configs), squeeze=False)[0]
-    for i, (ax, spec) in enumerate(zip(axes, configs, strict=True)):
+    segments = runs[HOPPER][0].segments
+    fig = Figure(figsize=(4 * len(configurations), 3.2))
+    axes = fig.subplots(1, len(configurations), squeeze=False)[0]
+    for ax, (name, label) in zip(axes, configurations.items(), strict=True):
         for m in runs:
-            h = histories[m, i]
-            label = "model hopper" if m == HOPPER else f"K = {spec.segments}, {m}"
-            ax.plot([r["epoch"] for r in h], [r.get("val_accuracy") for r in h], label=label)
-        ax.set_title(_label(spec), fontsize=9)
+            first = histories[m, name][0]
+            epochs = [r["epoch"] for r in first]
+            per_seed = np.array([[r["val_accuracy"] for r in h] for h in histories[m, name]])
+            mean = per_seed.mean(axis=0)
+            line = "model hopper" if m == HOPPER else f"K = {segments}, {m}"
+            (drawn,) = ax.plot(epochs, mean, label=line)
+            if len(per_seed) > 1:
+                sd = per_seed.std(axis=0, ddof=1)
+                ax.fill_between(epochs, mean - sd, mean + sd, color=drawn.get_color(), alpha=0.2)
+        ax.set_title(label, fontsize=9)
         ax.set_xlabel("epoch")
     axes[0].set_ylabel("validation accuracy")
     axes[0].legend(fontsize=8)
@@ -261,10 +306,11 @@ def _figure(runs, histories, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
-def _per_configuration(title: str, runs, methods, cell) -> list[str]:
-    """A titled table with a row per configuration and a column per method, ``cell(method, i)``."""
+def _per_configuration(title: str, configurations: dict[str, str], methods, cell) -> list[str]:
+    """A titled table with a row per configuration and a column per method,
+    ``cell(method, configuration name)``."""
     lines = ["", title, "", "| configuration | " + " | ".join(methods) + " |"]
     lines.append("|---|" + "---|" * len(methods))
-    for i, spec in enumerate(runs[HOPPER]):
-        lines.append(f"| {_label(spec)} | " + " | ".join(cell(m, i) for m in methods) + " |")
+    for name, label in configurations.items():
+        lines.append(f"| {label} | " + " | ".join(cell(m, name) for m in methods) + " |")
     return lines

@@ -161,7 +161,8 @@ def difference(a: Sequence[float], b: Sequence[float]) -> tuple[float, float | N
     return ma - mb, se, "real" if abs(ma - mb) > 2 * se else "within noise"
 
 
-def _cell(values: Sequence[float], digits: int = 4) -> str:
+def cell(values: Sequence[float], digits: int = 4) -> str:
+    """Mean ± sd of ``values`` with ``digits`` decimals (the mean alone for one; "" for none)."""
     if not values:
         return ""
     mean, sd = mean_sd(values)
@@ -191,7 +192,7 @@ def report(
         lines += [f"## {metric} (mean ± sd over seeds)", "", header, rule]
         for name, histories in grouped.items():
             cells = [_values(histories, e, metric) for e in epochs]
-            lines.append(f"| {name} | {len(histories)} | " + " | ".join(map(_cell, cells)) + " |")
+            lines.append(f"| {name} | {len(histories)} | " + " | ".join(map(cell, cells)) + " |")
         lines.append("")
     lines += _gaps(grouped, epochs)
     if target is not None:
@@ -311,10 +312,10 @@ def _targets(grouped, target: float, seconds: dict[str, float]) -> list[str]:
     ]
     for name, histories in grouped.items():
         reached = [e for e in (epochs_to(h, target) for h in histories) if e is not None]
-        cells = [name, f"{len(reached)} of {len(histories)}", _cell(reached)]
+        cells = [name, f"{len(reached)} of {len(histories)}", cell(reached)]
         if seconds:
             per_epoch = seconds.get(name)
             minutes = [] if per_epoch is None else [e * per_epoch / 60 for e in reached]
-            cells += ["–" if per_epoch is None else f"{per_epoch:.1f}", _cell(minutes, 2) or "–"]
+            cells += ["–" if per_epoch is None else f"{per_epoch:.1f}", cell(minutes, 2) or "–"]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
