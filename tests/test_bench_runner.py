@@ -152,13 +152,16 @@ def test_the_epoch_targets_are_ratios_of_the_medians_within_the_run():
 
 def test_the_diagnostics_target_is_the_median_of_each_rounds_share_of_the_fixed_cost():
     outcome = diagnostics.outcome(
-        {1.0: {"fixed": [0.05, 0.1, 0.2], "passes": [0.002, 0.001, 0.002], "share": [0.04, 0.01, 0.01]},
-         25.0: {"fixed": [1.0, 1.0, 1.0], "passes": [0.1, 0.1, 0.1], "share": [0.1, 0.1, 0.1]}}
+        {1.0: {"fixed": [0.05, 0.1, 0.2], "passes": [0.002, 0.001, 0.002],
+               "floor": [0.001, 0.001, 0.001], "share": [0.04, 0.01, 0.01]},
+         25.0: {"fixed": [1.0, 1.0, 1.0], "passes": [0.1, 0.1, 0.1], "floor": [0.04, 0.05, 0.05],
+                "share": [0.1, 0.1, 0.1]}}
     )  # fmt: skip
     small, big = outcome.targets
     assert (small.value, small.met) == ("1.0 %", True)
     assert (big.value, big.met) == ("10.0 %", False)
-    assert outcome.tables[0].rows[0][-1] == "1.0–4.0 %"
+    assert outcome.tables[0].rows[0][5:] == ["1.0–4.0 %", "1.0 %", "2.0×"]
+    assert outcome.tables[0].rows[1][6:] == ["5.0 %", "2.0×"]
 
 
 def test_the_loading_targets_hold_each_load_to_100_mbs_and_half_the_raw_copy():
@@ -170,6 +173,14 @@ def test_the_loading_targets_hold_each_load_to_100_mbs_and_half_the_raw_copy():
     load, pack = outcome.targets
     assert (load.value, load.met) == ("100 MB/s, 0.50×", True)
     assert pack.met is None  # no target: reported only
+
+
+def test_on_greenplum_the_loading_result_says_how_many_images_each_pack_moved():
+    moved = {"images": 1000, "row_bytes": 2000.0, "moved": {"IID": 500, "`redeal`": 0}}
+    outcome = loading.outcome({"raw": [1.0], "`gpcnn.pack_table`, K = 2": [2.0]}, 10.0, moved)
+    _, table = outcome.tables
+    assert table.rows == [["IID", 500, "50.0%", 1.0], ["`redeal`", 0, "0.0%", 0.0]]
+    assert outcome.data["moved"] == moved
 
 
 def test_the_report_has_one_section_per_result_with_its_targets_table_and_machine():
