@@ -28,9 +28,11 @@
 #   bash study/study.sh j3      # epochs 1-3 of the reused K = 4, 8 settings again, for their
 #                               # drift ratios, into j/early/ (not bit-identical to parts a and f,
 #                               # made by earlier code: per setting, not per run)
+#   bash study/study.sh cg3     # epochs 1-3 of parts c's and g's K = 4 settings again (seed 0),
+#                               # for their drift ratios, into c/early/ and g/early/
 #   bash study/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
 #                               # 32, 64) by the model hopper and one after another with average
-#                               # and bmuf, K = 4 (docs/merge.md, "The model hopper")
+#                               # and bmuf, K = 4, seeds 0 and 1 (docs/merge.md, "The model hopper")
 #
 # Every part is resumable: rerun it and finished runs are reused, a half-done run continues from
 # its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
@@ -221,6 +223,18 @@ j | j3)
     done
   done
   ;;
+cg3)
+  # Epochs 1-3 of parts c and g's K = 4 settings again, seed 0, now with the diagnostics (their
+  # 15-epoch runs came before them): each setting's early drift ratio beside its final gap
+  # (study_early_warning.py pairs them by name). About 11 x 3 epochs, 15 min.
+  momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
+  early=("${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --iterations 3 --segments 4
+    --seeds 0)
+  "${early[@]}" --merge average,bmuf,none --skew 1,0.1 --out "$out/c/early"
+  "${early[@]}" --skew 0.1 --merge scaffold,fedadam --out "$out/g/early"
+  "${early[@]}" --skew 0.1 --merge fedprox --merge-option mu=0.01,0.1 --out "$out/g/early"
+  "${early[@]}" --skew 0.1 --model gn-cnn --merge average --out "$out/g/early"
+  ;;
 h)
   # ~12 bn-cnn runs' worth per seed (4 configurations x 3 methods x 15 epochs), about 1.5 h at
   # part a's 30 s per K = 4 epoch; the hopper's run ids are kept in $out/h/hopper-runs*.json to
@@ -230,7 +244,7 @@ h)
     --configs "$configs" --target 0.9 --seeds 0,1 --out "$out/h"
   ;;
 *)
-  echo "unknown part $part: sweep, a, b, c, d, e, f, g, h, i, i3, j or j3" >&2
+  echo "unknown part $part: sweep, a, b, c, cg3, d, e, f, g, h, i, i3, j or j3" >&2
   exit 2
   ;;
 esac
