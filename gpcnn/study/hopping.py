@@ -225,7 +225,10 @@ def _report(runs, configurations: dict[str, str], histories, target: float | Non
     lines += _per_configuration(
         f"Mean validation accuracy of epochs {window[0]}–{window[-1]}:", configurations, methods,
         lambda m, name: report.cell(
-            [sum(values(m, name, e)[i] for e in window) / len(window) for i in range(len(seeds))]
+            [
+                sum(report.at_epoch(h, e, "val_accuracy") for e in window) / len(window)
+                for h in histories[m, name]
+            ]
         ),
     )  # fmt: skip
     lines += ["", "| method | best configuration | its accuracy | selection wall s |"]
