@@ -19,6 +19,7 @@ from bench.suite import (  # noqa: E402
     diagnostics,
     epoch,
     greenplum,
+    layouts,
     loading,
     metadata,
     registry,
@@ -175,13 +176,23 @@ def test_the_loading_targets_hold_each_load_to_100_mbs_and_half_the_raw_copy():
     assert pack.met is None  # no target: reported only
 
 
-def test_on_greenplum_the_loading_result_says_how_many_images_each_pack_moved():
-    moved = {"images": 1000, "row_bytes": 2000.0, "moved": {"IID": 500, "`redeal`": 0}}
-    outcome = loading.outcome({"raw": [1.0], "`gpcnn.pack_table`, K = 2": [2.0]}, 10.0, moved)
-    _, table = outcome.tables
-    assert table.rows == [["IID", 500, "50.0%", 1.0], ["`redeal`", 0, "0.0%", 0.0]]
-    assert outcome.data["moved"] == moved
-
+def test_the_layouts_result_gives_each_copy_and_pack_its_rows_moved_and_plan_motions():
+    plan = (
+        "Insert on t  (cost=0.00..1.00 rows=1 width=8)\n"
+        "  ->  Redistribute Motion 2:2  (slice1; segments: 2)  (cost=0.00..1.00 rows=1)\n"
+        "        ->  HashAggregate  (cost=0.00..1.00 rows=1 width=8)"
+    )
+    outcome = layouts.outcome(
+        {"kept copy": [1.0, 2.0, 3.0], "pack": [4.0, 4.0, 5.0]}, {"kept copy": 0, "pack": 500},
+        1000, 2000.0, {"iid": plan, "by_site": "Insert on t"},
+        {"iid": (0.01, 0.005), "by_site": (0.5, 0.4)},
+    )  # fmt: skip
+    seconds, plans = outcome.tables
+    assert seconds.rows[1] == ["pack", 4.0, "4.00, 4.00, 5.00", "2.00", 500, "50.0%", 1.0]
+    assert plans.rows == [
+        ["iid", "0.01 / 0.01", "Redistribute Motion 2:2"], ["by_site", "0.50 / 0.40", "none"],
+    ]  # fmt: skip
+    assert layouts.run(Context({"rounds": 1, "seed": 0})).skipped.startswith("it needs")
 
 def test_the_report_has_one_section_per_result_with_its_targets_table_and_machine():
     text = report.render({"epoch": example_result()})

@@ -145,32 +145,6 @@ def time_redeal(db, segments: int) -> float:
     return time.perf_counter() - start
 
 
-def moved_images(db, target: str) -> int:
-    """On Greenplum: how many of the packed table's images sit on another segment than their
-    source row (each such row crossed the interconnect at least once)."""
-    import numpy as np
-
-    with db.connect() as conn:
-        placed = conn.exec_driver_sql(f"SELECT id, gp_segment_id FROM {ROWS}.images").all()
-        source = np.empty(len(placed), dtype=np.int64)
-        for image_id, segment in placed:
-            source[image_id] = segment
-        moved = 0
-        for segment, ids in conn.exec_driver_sql(
-            f"SELECT gp_segment_id, ids FROM {SCHEMA}.{target}"
-        ):
-            moved += int(np.count_nonzero(source[np.frombuffer(ids, dtype="<i8")] != segment))
-    return moved
-
-
-def source_row_bytes(db) -> float:
-    """The mean stored size of a source row (``pg_column_size`` of the whole row)."""
-    with db.connect() as conn:
-        return float(
-            conn.exec_driver_sql(f"SELECT avg(pg_column_size(i.*)) FROM {ROWS}.images i").scalar()
-        )
-
-
 def run(context: Context) -> Outcome:
     import gpcnn
     from gpcnn import datasets
@@ -204,24 +178,15 @@ def run(context: Context) -> Outcome:
         for name, measure in variants.items():
             times[name].append(measure())
             print(f"round {round_} {name}: {times[name][-1]:.3f} s", flush=True)
-    moved = None
-    if context["pack"] and db.backend.kind == "greenplum":
-        packed = {"IID": "packed", "`distribute_by='label'`": "by_label", "`redeal`": "redealt"}
-        moved = {
-            "images": len(y),
-            "row_bytes": source_row_bytes(db),
-            "moved": {name: moved_images(db, table) for name, table in packed.items()},
-        }
     with db.begin() as conn:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {ROWS} CASCADE")
     gpcnn.uninstall(db)
     db.close()
-    return outcome(times, mb, moved)
+    return outcome(times, mb)
 
 
-def outcome(times: dict[str, list[float]], mb: float, moved: dict | None = None) -> Outcome:
-    """Tables and targets from each variant's seconds per round (the raw COPY first); on
-    Greenplum, ``moved``: the images each packed table holds away from their source row."""
+def outcome(times: dict[str, list[float]], mb: float) -> Outcome:
+    """Tables and targets from each variant's seconds per round (the raw COPY first)."""
     medians = {name: statistics.median(runs) for name, runs in times.items()}
     raw_name = next(iter(times))
     raw_rate = mb / medians[raw_name]
@@ -271,28 +236,7 @@ def outcome(times: dict[str, list[float]], mb: float, moved: dict | None = None)
         ["what", "median s", "median MB/s", "rounds (MB/s)", "× raw COPY"],
         rows,
     )
-    tables = [table]
-    if moved is not None:
-        tables.append(
-            Table(
-                f"On Greenplum: of the {moved['images']:,} images, those each packed table holds on "
-                "another segment than their source row, and the bytes of those source rows "
-                f"(mean {moved['row_bytes']:.0f} bytes each): what crossed the interconnect at "
-                "least once.",
-                ["packed", "images moved", "share", "MB of source rows"],
-                [
-                    [
-                        name,
-                        count,
-                        f"{count / moved['images']:.1%}",
-                        round(count * moved["row_bytes"] / 1e6, 1),
-                    ]
-                    for name, count in moved["moved"].items()
-                ],
-            )
-        )
-    data = {"payload_mb": mb, "seconds": times, **({"moved": moved} if moved else {})}
-    return Outcome(tables, targets, data)
+    return Outcome([table], targets, {"payload_mb": mb, "seconds": times})
 
 
 BENCHMARK = Benchmark(

@@ -15,6 +15,7 @@ MODULES = {
     "predict": "predict",
     "soak": "soak",
     "greenplum": "greenplum",
+    "layouts": "layouts",
 }
 
 

@@ -124,7 +124,10 @@ def render(results: dict[str, dict]) -> str:
             summary.append([f"[{result['title']}](#{anchor(result['title'])})", "not run", ""])
             continue
         met = [t["met"] for t in result["targets"]]
-        status = f"{sum(m is True for m in met)} of {len(met)} met"
+        judged = [m for m in met if m is not None]  # None: a number reported, no target set
+        status = f"{sum(judged)} of {len(judged)} met" if judged else "none set"
+        if judged and len(judged) < len(met):
+            status += f" ({len(met) - len(judged)} reported only)"
         summary.append(
             [f"[{result['title']}](#{anchor(result['title'])})", status, result["metadata"]["date"]]
         )
