@@ -14,6 +14,7 @@ import gpcnn
 from gpcnn.data.tables import TableError, describe, list_tables, load_images
 from gpcnn.engines import catalog, migrations
 from gpcnn.engines.catalog import Catalog
+from gpcnn.engines.functions import existing
 from gpcnn.engines.install import (
     InstallError,
     ensure_installed,
@@ -266,6 +267,35 @@ def test_tables_drop_and_the_catalog_repaired_after_a_drop_by_hand(db):
         gpcnn.drop_table(db, f"{DATA}.foreign_table")
     with db.begin() as conn:
         conn.exec_driver_sql(f"DROP TABLE {DATA}.foreign_table")
+
+
+def test_installing_the_same_version_again_keeps_the_functions_and_repairs_a_missing_one(db):
+    """Dropping and creating the functions again would fail every statement other sessions run
+    on them ("cache lookup failed for function": a second study process's install broke a
+    running fit); an install whose functions are not all there creates them again."""
+    again = gpcnn.connect(db.url, schema="gpcnn_reinstall_test")
+
+    def functions() -> dict[str, int]:
+        with again.connect() as conn:
+            query = (
+                "SELECT p.oid::regprocedure::text, p.oid FROM pg_proc p JOIN pg_namespace s "
+                "ON s.oid = p.pronamespace WHERE s.nspname = 'gpcnn_reinstall_test'"
+            )
+            return dict(conn.exec_driver_sql(query).all())
+
+    install(again)
+    first = functions()
+    install(again)
+    assert functions() == first
+    with again.begin() as conn:
+        kinds = dict(existing(conn, again.schema))
+        dropped = next(sig for sig, kind in kinds.items() if kind == "f" and "version" not in sig)
+        conn.exec_driver_sql(f"DROP FUNCTION {dropped} CASCADE")  # aggregates on it go too
+    assert len(functions()) < len(first)
+    install(again)
+    assert functions().keys() == first.keys()
+    uninstall(again)
+    again.close()
 
 
 def test_uninstall_removes_functions_and_tables_but_not_image_tables(db):

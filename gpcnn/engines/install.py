@@ -59,9 +59,12 @@ segment = _package.segment
 
 def statements(schema: str = "gpcnn") -> list[str]:
     """The function and aggregate DDL that ``install`` runs (the engine layer renders it)."""
-    qschema = sa.create_engine("postgresql+psycopg2://").dialect.identifier_preparer.quote(schema)
     prefix = _BOOTSTRAP.format(bundle=bundle_id(), sources=_sources())
-    return functions.install_ddl(qschema, prefix, bundle_id())
+    return functions.install_ddl(_quoted(schema), prefix, bundle_id())
+
+
+def _quoted(schema: str) -> str:
+    return sa.create_engine("postgresql+psycopg2://").dialect.identifier_preparer.quote(schema)
 
 
 def ensure_plpython(conn: sa.Connection) -> None:
@@ -82,7 +85,8 @@ def ensure_plpython(conn: sa.Connection) -> None:
 def install(database: Database | str | None = None) -> str:
     """Create or upgrade gpcnn's functions and tables in the handle's schema, and the role
     ``<schema>_user`` that lets ordinary users run them (``gpcnn.engines.roles``), in one
-    transaction; returns the installed version.
+    transaction; returns the installed version. Functions already installed whole by this same
+    version are kept as they are, so that the fits other sessions run on them go on.
 
     Parameters
     ----------
@@ -118,12 +122,26 @@ def install(database: Database | str | None = None) -> str:
             )
         ensure_plpython(conn)
         backend.ensure_schema(conn, db.schema)
-        functions.drop_existing(conn, db.schema)
-        for statement in statements(db.schema):
-            functions.run_ddl(conn, statement)
+        ddl = statements(db.schema)
+        if not _current(conn, db.schema, len(ddl)):
+            functions.drop_existing(conn, db.schema)
+            for statement in ddl:
+                functions.run_ddl(conn, statement)
         Catalog(conn, backend).ensure_tables()
         roles.ensure_role(conn, backend)
     return bundle_id()
+
+
+def _current(conn: sa.Connection, schema: str, count: int) -> bool:
+    """The schema already holds this bundle whole: ``version()`` says this bundle, and all
+    ``count`` functions and aggregates are there. Then ``install`` leaves them alone: dropping
+    and creating them again would fail every statement other sessions are running on them
+    ("cache lookup failed for function"), a fit's included."""
+    found = functions.existing(conn, schema)
+    names = {signature.split("(")[0].rsplit(".", 1)[-1] for signature, _ in found}
+    if len(found) != count or "version" not in names:
+        return False
+    return conn.execute(sa.text(f"SELECT {_quoted(schema)}.version()")).scalar() == bundle_id()
 
 
 @database_argument
