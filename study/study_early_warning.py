@@ -114,9 +114,10 @@ def plot(found: list, scored: list, out: Path) -> None:
     ax.plot(xs, line, "k-", label="the line a fit logs")
     ax.fill_between(xs, [y - ERROR for y in line], [y + ERROR for y in line], color="0.9", zorder=0)
     for label, chosen, style in (
-        ("IID, K = 4 and 8 (fitted)", [p for p in found if not p[0]], "o"),
-        ("label skew α = 0.1, K = 4 (fitted)", [p for p in found if p[0]], "s"),
-        ("K = 2 and 16, out of sample", scored, "x"),
+        ("IID (fitted)", [p for p in found if not p[0]], "o"),
+        ("label-skewed (fitted)", [p for p in found if p[0]], "s"),
+        ("IID, out of sample", [p for p in scored if not p[0]], "x"),
+        ("label-skewed, out of sample", [p for p in scored if p[0]], "+"),
     ):
         if chosen:
             ax.scatter([p[1] for p in chosen], [p[2] for p in chosen], marker=style, label=label,
