@@ -8,7 +8,9 @@ tables (average and block momentum, 1 and 4 merges per epoch) and 12 on label-sk
 (Dirichlet alpha = 0.1 and its remedies). Rank correlation 0.83, the line below, leave-one-out error
 2.8 points (docs/convergence.md, "The early warning"; ``study/study_early_warning.py`` prints these
 numbers). It is one model and one dataset's line: on others it says which way a fit is heading,
-not by how much.
+not by how much. Under strong label skew it forecasts too little: scored on parts c and g's
+alpha = 0.1 runs, which it was not fitted on, it missed by 5 to 23 points (docs/convergence.md,
+"The early warning on parts c and g"); the fit's skew warning is the one to act on there.
 """
 
 from __future__ import annotations
