@@ -73,6 +73,7 @@ def motions(plan: str) -> list[str]:
 
 
 def time_pack(db, segments: int, target: str, **layout) -> float:
+    """``pack_table`` of the source into ``target``, end to end; ``layout``: ``distribute_by``."""
     import gpcnn
 
     checkpoint(db)
