@@ -9,10 +9,9 @@ import time
 from contextlib import contextmanager
 
 from .base import Benchmark, Context, Outcome, Table
-from .loading import build_source, checkpoint
+from .loading import ROWS, build_source, checkpoint
 
 SCHEMA = "gpcnn_bench_layouts"  # gpcnn's functions and the image tables
-ROWS = "gpcnn_bench_load_rows"  # the source, as the loading benchmark builds it
 SITES = 16
 NEEDS = (
     "it needs a Greenplum cluster: `.venv/bin/python bench/run.py layouts --greenplum "
