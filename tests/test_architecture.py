@@ -23,7 +23,8 @@ PACKAGE = ROOT / "gpcnn"
 LAYERS = ("version", "deprecation", "kernel", "engines", "data", "fit", "estimator", "study", "tools")
 FACADE = {"gpcnn", "gpcnn.datasets", "gpcnn.models"}
 DRIVER = {"sqlalchemy", "psycopg2"}
-IN_DATABASE_ALLOWED = {"numpy", "tensorflow", "keras"}
+# plpy: PL/Python's own module, there in every server process that runs the kernel
+IN_DATABASE_ALLOWED = {"numpy", "tensorflow", "keras", "plpy"}
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 import gpcnn
 from gpcnn.data.tables import TableError, describe, list_tables, load_images
-from gpcnn.engines import catalog, migrations
+from gpcnn.engines import catalog, migrations, roles
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.functions import existing
 from gpcnn.engines.install import (
@@ -169,6 +169,61 @@ def test_install_migrates_shape_1_in_place(old_schema):
     assert [r["run_id"] for r in gpcnn.list_runs(db)] == [1, 2]
 
 
+def test_install_on_shape_9_gives_every_row_an_owner_and_secures_the_tables(old_schema):
+    """Shape 9 (before row owners) as it was: no owner column, no prediction catalog, no row
+    security, and the role allowed to create schemas."""
+    db = old_schema
+    install(db)
+    s, role = db.schema, roles.role_name(db.schema)
+    with db.begin() as conn:
+        database = conn.execute(sa.text("SELECT current_database()")).scalar()
+        conn.exec_driver_sql(f"DROP TABLE {s}.prediction_tables")
+        conn.exec_driver_sql(f"DROP VIEW {s}.run_diagnostics, {s}.run_segment_diagnostics")
+        for table in migrations.OWNED[:-1]:
+            conn.exec_driver_sql(f"ALTER TABLE {s}.{table} DISABLE ROW LEVEL SECURITY")
+            conn.exec_driver_sql(f"DROP POLICY IF EXISTS gpcnn_own_rows ON {s}.{table}")
+            conn.exec_driver_sql(f"DROP POLICY IF EXISTS gpcnn_members_models ON {s}.{table}")
+            conn.exec_driver_sql(f"ALTER TABLE {s}.{table} DROP COLUMN created_by")
+        conn.exec_driver_sql(
+            f"ALTER TABLE {s}.image_tables ADD PRIMARY KEY (table_schema, table_name)"
+        )
+        conn.exec_driver_sql(f"GRANT CREATE ON DATABASE {database} TO {role}")
+        conn.exec_driver_sql(f"GRANT INSERT, UPDATE, DELETE ON {s}.schema_version TO {role}")
+        conn.exec_driver_sql(f"UPDATE {s}.schema_version SET version = 9")
+        conn.exec_driver_sql(
+            f"INSERT INTO {s}.runs (table_name, params, model_json, gpcnn_version) "
+            "VALUES ('x.t', '{}', '{}', '0.2.0')"
+        )
+    install(db)
+    with db.connect() as conn:
+        assert Catalog(conn, db.backend).shape() == migrations.SHAPE_VERSION
+        installer = conn.execute(sa.text("SELECT CAST(current_user AS text)")).scalar()
+        assert conn.execute(sa.text(f"SELECT created_by FROM {s}.runs")).scalars().all() == [
+            installer
+        ]
+        secured = conn.execute(
+            sa.text(
+                "SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = "
+                "c.relnamespace WHERE n.nspname = :s AND c.relrowsecurity ORDER BY 1"
+            ),
+            {"s": s},
+        ).scalars()
+        assert list(secured) == sorted(migrations.OWNED)
+        policies = conn.execute(
+            sa.text("SELECT count(*) FROM pg_policies WHERE schemaname = :s"), {"s": s}
+        ).scalar()
+        assert policies == len(roles.policies(db.backend, role))
+        creates, writes_version = conn.execute(
+            sa.text(
+                "SELECT has_database_privilege(:r, current_database(), 'CREATE'), "
+                "has_table_privilege(:r, :v, 'UPDATE')"
+            ),
+            {"r": role, "v": f"{s}.schema_version"},
+        ).one()
+    assert not creates and not writes_version
+    install(db)  # again: nothing left to change, and no error
+
+
 def test_a_newer_shape_is_refused_with_what_to_do(old_schema):
     db = old_schema
     install(db)
@@ -314,7 +369,7 @@ def test_uninstall_removes_functions_and_tables_but_not_image_tables(db):
     assert installed_version(uninstalled) is None
     assert describe(uninstalled, str(info.table)).images == 4  # the catalog survived
     uninstall(uninstalled)
-    with uninstalled.connect() as conn:
+    with uninstalled.begin() as conn:
         assert (
             conn.execute(
                 sa.text("SELECT count(*) FROM pg_namespace WHERE nspname = 'gpcnn_uninstall_test'")
@@ -322,4 +377,6 @@ def test_uninstall_removes_functions_and_tables_but_not_image_tables(db):
             == 0
         )
         assert catalog.relation_exists(conn, f"{DATA}.uninstall")  # the user's data stays
+        # no catalog describes it any more: it is the user's own table, for them to drop
+        conn.exec_driver_sql(f"DROP TABLE {DATA}.uninstall")
     uninstalled.close()

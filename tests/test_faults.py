@@ -18,7 +18,7 @@ import psycopg2.errors
 import pytest
 import sqlalchemy as sa
 from threads import started
-from tiny import dense_net
+from tiny import break_segment, dense_net
 
 from gpcnn import release_sessions
 from gpcnn.data.tables import describe, load_images
@@ -51,24 +51,18 @@ def estimator(db, model, **params) -> GreenplumCNN:
     return GreenplumCNN(model, **{**defaults, **params})
 
 
-@keras.saving.register_keras_serializable(package="gpcnn_faults_test")
-class Doubler(keras.layers.Layer):
-    """Registered here, in the client, but unknown to the server's Python."""
-
-    def call(self, x):
-        return x * 2
-
-
 def test_an_error_raised_inside_the_database_names_the_segment_and_the_exception(db, table):
-    model = keras.Sequential(
-        [keras.Input((8, 8, 1)), Doubler(), keras.layers.Flatten(), keras.layers.Dense(3)]
-    )
-    est = estimator(db, model, iterations=1)
+    broken = f"{DATA_SCHEMA}.broken"
+    rng = np.random.default_rng(5)
+    images, labels = rng.integers(0, 255, (40, 8, 8), dtype=np.uint8), rng.integers(0, 3, 40)
+    info = load_images(db, broken, images, labels, segments=2, replace=True, progress=False)
+    key = info.keys[0]
+    break_segment(db, broken, key)
+    est = estimator(db, dense_net(), iterations=1)
     with pytest.raises(TrainingError) as raised:
-        est.fit(TABLE)  # the client rebuilds the model; the server cannot
+        est.fit(broken)  # the client finds nothing wrong; the segment cannot decode its rows
     error = raised.value
-    (key,) = error.segments
-    assert key in table.keys
+    assert error.segments == [key]
     message = str(error)
     # On Greenplum the place also names the Greenplum segment, host, port and process.
     assert re.search(
@@ -76,7 +70,7 @@ def test_an_error_raised_inside_the_database_names_the_segment_and_the_exception
         r"( / Greenplum segment \d+ on \S+:\d+, pid \d+)?: ",
         message,
     )
-    assert "TypeError" in message and "Could not locate class 'Doubler'" in message
+    assert "ValueError" in message and "buffer size must be a multiple" in message
     assert "raised at gpcnn/kernel/segment.py" in message
     assert f"run {est.run_id_} stored no iteration" in message
     assert runs.load_run(db, est.run_id_).status == "failed"

@@ -138,7 +138,7 @@ def test_a_catalog_of_shape_7_gains_the_skew_of_tables_whose_counts_it_knows(db,
     with old.begin() as conn:
         catalog = Catalog(conn, old.backend)
         catalog.ensure_tables()
-        assert catalog.shape() == migrations.SHAPE_VERSION == 9
+        assert catalog.shape() == migrations.SHAPE_VERSION == 10
         rows = {r.table_name: r for r in catalog.image_tables()}
     assert (rows["known"].label_skew_max, rows["known"].label_skew_mean) == (
         0.25,

@@ -39,6 +39,8 @@ from gpcnn.kernel.segment import LABEL_DTYPE
 OFFLINE = sa.create_engine("postgresql+psycopg2://")  # never connects: quoting only
 BACKEND = PostgresBackend(OFFLINE, "gpcnn")
 BACKENDS = (BACKEND, GreenplumBackend(OFFLINE, "gpcnn"))
+for _offline in BACKENDS:
+    _offline.default_schema = "public"  # what a server would say; these never connect
 PREPARER = OFFLINE.dialect.identifier_preparer
 
 # -- table and column names ------------------------------------------------------------------------
@@ -81,8 +83,9 @@ def test_a_name_parses_to_parts_whose_quoted_sql_reads_back_the_same_or_is_refus
         assert len(part.encode()) <= IDENTIFIER_BYTES
     sql = name.sql(BACKEND)
     assert NAME_SQL.fullmatch(sql), sql
-    assert PREPARER.unformat_identifiers(sql) == parts
-    assert TableName.parse(sql) == name
+    qualified = name.qualified(BACKEND)  # a name without a schema gets the user's default one
+    assert PREPARER.unformat_identifiers(sql) == [qualified.schema, qualified.name]
+    assert TableName.parse(sql) == qualified
     for statement in _statements_naming(name):
         outside = re.sub(QUOTED, "", statement)
         assert not set(outside) & set('";\x00%') and "--" not in outside and "/*" not in outside

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from tiny import break_segment
 
 from gpcnn.data.tables import load_images
 from gpcnn.engines.sessions import MAX_IDLE_SESSIONS, SegmentSessions
@@ -87,10 +88,13 @@ def test_a_client_process_holds_no_backend_it_cannot_account_for(db):
     labels = rng.integers(0, 3, 100)
     images = rng.integers(0, 255, (100, 8, 8), dtype=np.uint8)
     load_images(db, table, images, labels, segments=2, replace=True, progress=False)
+    broken = "gpcnn_sessions_test.broken"
+    info = load_images(db, broken, images, labels, segments=2, replace=True, progress=False)
+    break_segment(db, broken, info.keys[0])
     child = Path(__file__).parent / "children" / "sessions.py"
     url = db.url.render_as_string(hide_password=False)
     done = subprocess.run(
-        [sys.executable, str(child), url, db.schema, table],
+        [sys.executable, str(child), url, db.schema, table, broken],
         capture_output=True,
         text=True,
         timeout=600,
@@ -106,7 +110,7 @@ def test_a_client_process_holds_no_backend_it_cannot_account_for(db):
     assert report["second_fit_reused"]
     for step in ("after_predict", "after_gc", "after_error", "after_timeout"):
         assert report[step]["backends"] == report[step]["accounted"], step
-    assert "Could not locate class 'Doubler'" in report["error"]
+    assert "buffer size must be a multiple" in report["error"]
     assert report["after_error"]["idle_sessions"] == 0  # a failed call's sessions are closed
     assert report["after_twelve_released"]["idle_sessions"] == MAX_IDLE_SESSIONS
     twelve = report["after_twelve_released"]  # the rest closed; SQLAlchemy's pool keeps its own

@@ -225,7 +225,7 @@ def test_transfers_name_their_owner_and_age_on_every_engine():
         transfers = next(s for s in ddl if s.startswith("CREATE UNLOGGED TABLE gpcnn.transfers"))
         assert "owner TEXT DEFAULT '' NOT NULL" in transfers
         assert "created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL" in transfers
-    assert migrations.SHAPE_VERSION == len(migrations.MIGRATIONS) + 1 == 9
+    assert migrations.SHAPE_VERSION == len(migrations.MIGRATIONS) + 1 == 10
 
 
 def test_greenplum_doctor_pairs_each_acting_primary_with_its_mirror_and_wal_stream():

@@ -172,7 +172,7 @@ def test_shape_5_transfers_gain_an_owner_and_ownerless_old_ones_are_swept(db):
         )
     with shape_5.begin() as conn:
         Catalog(conn, shape_5.backend).ensure_tables()
-        assert Catalog(conn, shape_5.backend).shape() == migrations.SHAPE_VERSION == 9
+        assert Catalog(conn, shape_5.backend).shape() == migrations.SHAPE_VERSION == 10
         owners = conn.exec_driver_sql(f"SELECT DISTINCT owner FROM {transfers}").scalars().all()
         assert owners == [""]  # kept: who wrote them is not known
         conn.exec_driver_sql(

@@ -397,8 +397,11 @@ def test_identifiers(db, schema, given, stored):
 
 
 def test_unqualified_name_goes_to_the_current_schema(db, schema):
-    with db.connect() as conn:
+    """The current schema of the user's own search path: gpcnn's connections pin theirs."""
+    plain = sa.create_engine(db.url, poolclass=sa.pool.NullPool)
+    with plain.connect() as conn:
         current = conn.execute(sa.text("SELECT current_schema()")).scalar()
+    plain.dispose()
     name = TableName(current, "gpcnn_tables_unqualified")
     x, y = _random(10)
     try:
@@ -455,7 +458,7 @@ def test_table_name_parse_rejects_other_types(bad):
 
 def test_table_name_sql(backend):
     assert TableName(ODD, 'we"ird').sql(backend) == '"My Schema"."we""ird"'
-    assert TableName(None, "plain").sql(backend) == "plain"
+    assert TableName(None, "plain").sql(backend) == f"{backend.quote(backend.default_schema)}.plain"
     assert TableName("s", "MixedCase").sql(backend) == 's."MixedCase"'
 
 

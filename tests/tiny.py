@@ -4,6 +4,7 @@ one thread."""
 from __future__ import annotations
 
 import numpy as np
+import sqlalchemy as sa
 
 from gpcnn.kernel import segment
 
@@ -59,4 +60,45 @@ def dense_rows(input_shape=(4,), classes: int = 3):
                 classes, "softmax", kernel_initializer=keras.initializers.GlorotUniform(2)
             ),
         ]
+    )
+
+
+def break_segment(db, table: str, key: int) -> None:
+    """Cut the pixels of every buffer of segment ``key`` of an image table to three bytes: the
+    client sees nothing wrong, and that segment fails inside the database when it decodes them."""
+    with db.begin() as conn:
+        conn.exec_driver_sql(
+            f"UPDATE {table} SET x = substring(x FROM 1 FOR 3) WHERE __dist_key__ = {int(key)}"
+        )
+
+
+def image_rows(db, table: str, images: np.ndarray, labels: np.ndarray) -> None:
+    """``table`` (made again) with one row per image, as ``pack_table`` reads them: ``id``,
+    ``x`` (the pixels, smallint[]) and ``y``."""
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
+        conn.exec_driver_sql(f"CREATE TABLE {table} (id bigint, x smallint[], y integer)")
+        conn.execute(
+            sa.text(f"INSERT INTO {table} VALUES (:i, :x, :y)"),
+            [
+                {"i": i, "x": x.ravel().tolist(), "y": int(y)}
+                for i, (x, y) in enumerate(zip(images, labels, strict=True))
+            ],
+        )
+
+
+def packed(db, source: str, target: str):
+    """``pack_table`` of ``image_rows``' table into an image table of 2 segments of 8x8 images."""
+    import gpcnn
+
+    return gpcnn.pack_table(
+        db,
+        source,
+        target,
+        x_column="x",
+        y_column="y",
+        id_column="id",
+        shape=(8, 8, 1),
+        segments=2,
+        replace=True,
     )

@@ -20,7 +20,7 @@ from gpcnn.data.sources import as_source
 from gpcnn.data.table_catalog import IMAGE_LAYOUT, ImageTable, describe, resolved_name
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
-from gpcnn.engines.catalog import Catalog, relation_exists
+from gpcnn.engines.catalog import Catalog, made_by_gpcnn, not_gpcnns, relation_owner
 from gpcnn.engines.copying import CopyStream, copy
 from gpcnn.engines.identifiers import STAGING_SUFFIX, TableError, TableName, checked_name
 from gpcnn.kernel.segment import LABEL_DTYPE
@@ -167,7 +167,7 @@ def _load(
     row."""
     backend = db.backend
     with db.begin() as conn:
-        name = resolved_name(conn, name)
+        name = resolved_name(backend, name)
         staging, keys, exists = begin_swap(conn, backend, name, len(counts), replace)
         buffers = plan_buffers(sum(counts), keys, meta["buffer_size"], counts)
         total = None if payload is None else payload + COPY_ROW_OVERHEAD * len(buffers)
@@ -178,15 +178,26 @@ def _load(
     return describe(db, name)
 
 
+def check_target(conn, backend, name: TableName, replace: bool) -> bool:
+    """Whether the image table ``name`` exists; refuses a table there that gpcnn did not make
+    (whatever ``replace`` says), and one of gpcnn's without ``replace``."""
+    owner = relation_owner(conn, name)
+    if owner is None:
+        return False
+    if not made_by_gpcnn(Catalog(conn, backend).image_table(name.schema, name.name), owner):
+        raise TableError(not_gpcnns(name, "an image table"))
+    if not replace:
+        raise TableError(f"table {name} exists: pass replace=True (or --replace) to reload it")
+    return True
+
+
 def begin_swap(conn, backend, name: TableName, k: int, replace: bool):
     """The lock, the checks, and an empty staging table for a new version of ``name``; returns
     (staging, keys, whether ``name`` exists)."""
     backend.lock_name(conn, str(name))
     Catalog(conn, backend).ensure_tables()
     backend.ensure_schema(conn, name.schema)
-    exists = relation_exists(conn, name.sql(backend))
-    if exists and not replace:
-        raise TableError(f"table {name} exists: pass replace=True (or --replace) to reload it")
+    exists = check_target(conn, backend, name, replace)
     keys = backend.choose_keys(conn, k)
     staging = name.with_suffix(STAGING_SUFFIX)
     # A load's staging table dies with its transaction; one left by anything else (a tool

@@ -118,7 +118,7 @@ def pack_table(
     ensure_installed(db)  # the packing runs gpcnn's functions on the segments
     name = checked_name(target)
     with db.connect() as conn:
-        src = resolved_name(conn, TableName.parse(source))
+        src = resolved_name(db.backend, TableName.parse(source))
         columns = {"x_column": x_column, "y_column": y_column, "id_column": id_column}
         if distribute_by is not None:
             columns["distribute_by"] = distribute_by
@@ -187,7 +187,7 @@ def pack_rows(
     size = min(size, math.ceil(count / k))
     order, counts, sample = dealing.order(count, k)
     with db.begin() as conn:
-        name = resolved_name(conn, name)
+        name = resolved_name(backend, name)
         if name == src:
             raise TableError("pack_table writes a new table: target must differ from source")
         staging, keys, exists = begin_swap(conn, backend, name, k, replace)

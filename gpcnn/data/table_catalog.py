@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpcnn.deprecation import database_argument
-from gpcnn.engines import Connection, Database, connect
-from gpcnn.engines.catalog import Catalog, current_schema, relation_exists
+from gpcnn.engines import Backend, Connection, Database, connect
+from gpcnn.engines.catalog import Catalog, made_by_gpcnn, relation_owner
 from gpcnn.engines.identifiers import TableError, TableName
 from gpcnn.engines.label_skew import SkewIndex
 
@@ -103,8 +103,9 @@ class ImageTable:
         return sum(self.images_per_segment) - self.segments * self.shared_images
 
 
-def resolved_name(conn: Connection, table: TableName) -> TableName:
-    return TableName(table.schema or current_schema(conn), table.name)
+def resolved_name(backend: Backend, table: TableName) -> TableName:
+    """``table`` with its schema (``TableName.qualified``)."""
+    return table.qualified(backend)
 
 
 def _from_row(name: TableName, row) -> ImageTable:
@@ -138,10 +139,14 @@ def _per_segment(flat, segments: int):
 
 
 def _entry(conn: Connection, backend, name: TableName):
-    """The name with its schema, its catalog row (None if none) and whether the table exists."""
-    name = resolved_name(conn, name)
+    """The name with its schema, its catalog row (None if none, or if the table is there but not
+    the one the row describes: ``made_by_gpcnn``) and whether the table exists."""
+    name = resolved_name(backend, name)
     row = Catalog(conn, backend).image_table(name.schema, name.name)
-    return name, row, relation_exists(conn, name.sql(backend))
+    owner = relation_owner(conn, name)
+    if owner is not None and not made_by_gpcnn(row, owner):
+        row = None
+    return name, row, owner is not None
 
 
 @database_argument
@@ -193,7 +198,8 @@ def describe(database: Database | str | None, table) -> ImageTable:
 def list_tables(database: Database | str | None = None) -> list[ImageTable]:
     """Every image table of the catalog.
 
-    Catalog entries whose table was dropped by hand are removed on the way.
+    Catalog entries whose table was dropped by hand are removed on the way; an entry whose
+    table is owned by another role than the one that wrote the entry is not listed.
 
     Parameters
     ----------
@@ -211,10 +217,11 @@ def list_tables(database: Database | str | None = None) -> list[ImageTable]:
     with db.begin() as conn:
         for row in Catalog(conn, backend).image_tables():
             name = TableName(row.table_schema, row.table_name)
-            if relation_exists(conn, name.sql(backend)):
-                found.append(_from_row(name, row))
-            else:
+            owner = relation_owner(conn, name)
+            if owner is None:
                 Catalog(conn, backend).delete_image_table(name.schema, name.name)
+            elif made_by_gpcnn(row, owner):
+                found.append(_from_row(name, row))
     return found
 
 

@@ -10,6 +10,7 @@ engine subclasses it in one module and registers there (``registry.register_engi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -105,6 +106,23 @@ class Backend(Compiler):
         finally:
             fresh.dispose()
 
+    @functools.cached_property
+    def default_schema(self) -> str | None:
+        """The schema a table name without one means: ``current_schema()`` under the user's own
+        search path (usually a schema named after the role, else ``public``), read once on a
+        connection that does not pin the path; None when that path names no schema that exists.
+        gpcnn's own connections pin it (``sessions.PINNED_SEARCH_PATH``), so every name they send
+        carries its schema."""
+        url = self.engine.url
+        bare = sa.create_engine(
+            url, poolclass=sa.pool.NullPool, connect_args=connect_arguments(url, pinned=False)
+        )
+        try:
+            with bare.connect() as conn:
+                return conn.execute(sa.text("SELECT pg_catalog.current_schema()")).scalar()
+        finally:
+            bare.dispose()
+
     def server_version(self) -> str:
         with self.engine.connect() as conn:
             return conn.execute(sa.text("SELECT version()")).scalar()
@@ -144,7 +162,15 @@ class Backend(Compiler):
                 ),
                 {"schema": self.schema},
             ).all()
-        return {"settings": dict(settings), "table_bytes": {name: int(b) for name, b in sizes}}
+        # in a session of its own: asking loads the JIT's library into that server process,
+        # where TensorFlow must then never start (``kernel.server_guard``)
+        with self.autocommit_connection() as conn:
+            jit = conn.execute(sa.text("SELECT pg_catalog.pg_jit_available()")).scalar()
+        return {
+            "settings": dict(settings),
+            "table_bytes": {name: int(b) for name, b in sizes},
+            "jit_available": bool(jit),
+        }
 
     @staticmethod
     def _decode_probes(rows) -> list[dict]:
@@ -167,7 +193,21 @@ class Backend(Compiler):
             # this one waited, and CREATE ... IF NOT EXISTS may not see that yet (its catalog
             # cache is not refreshed by an advisory lock); a new query does.
             if conn.execute(exists, {"s": schema}).scalar() is None:
+                self._check_may_create_schema(conn, schema)
                 conn.exec_driver_sql(self.create_schema_ddl(schema))
+
+    def _check_may_create_schema(self, conn: sa.Connection, schema: str) -> None:
+        may = sa.text(
+            "SELECT pg_catalog.has_database_privilege(pg_catalog.current_database(), 'CREATE'), "
+            "CAST(current_user AS text)"
+        )
+        allowed, role = conn.execute(may).one()
+        if not allowed:
+            raise PermissionError(
+                f"schema {schema!r} does not exist, and role {role!r} may not create schemas: "
+                f"use a schema that exists, or ask an administrator to run "
+                f"CREATE SCHEMA {self.quote(schema)} AUTHORIZATION {self.quote(role)}"
+            )
 
     def lock_name(self, conn: sa.Connection, name: str) -> None:
         """Serialise loads of one table name until the transaction ends."""

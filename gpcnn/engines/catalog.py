@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from gpcnn.engines import migrations
 from gpcnn.engines.base import Backend
 from gpcnn.engines.copying import write_chunks, write_streamed_chunks
+from gpcnn.engines.identifiers import TableName
 from gpcnn.engines.migrations import RUN_PARTS, SEGMENT_PARTS, result_key, tables
 from gpcnn.engines.results import assemble
 from gpcnn.engines.transfers import EVERY_KEY, sweep_transfers
@@ -46,6 +47,35 @@ def relation_exists(conn: sa.Connection, qualified_sql: str) -> bool:
     """Whether a table (given as quoted SQL text) exists: any table, not only gpcnn's, so no
     ``Catalog`` is needed."""
     return conn.execute(sa.select(sa.func.to_regclass(qualified_sql))).scalar() is not None
+
+
+def relation_owner(conn: sa.Connection, name: TableName) -> str | None:
+    """The role that owns the table ``name`` (with its schema), as the server records it; None when
+    there is no such table. Read from the catalog by name, so that a schema this role may not use
+    answers too (``to_regclass`` refuses it)."""
+    return conn.execute(
+        sa.text(
+            "SELECT CAST(pg_catalog.pg_get_userbyid(c.relowner) AS text) FROM pg_catalog.pg_class c "
+            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :s AND c.relname = :n"
+        ),
+        {"s": name.schema, "n": name.name},
+    ).scalar()
+
+
+def made_by_gpcnn(row, owner: str | None) -> bool:
+    """A catalog row describes the table it names: the table exists and is owned by the role
+    that wrote the row (a row another role planted, or a table replaced by hand, is not)."""
+    return row is not None and owner is not None and row.created_by == owner
+
+
+def not_gpcnns(name: object, kind: str) -> str:
+    """The refusal to replace a table gpcnn did not make (``made_by_gpcnn``)."""
+    return (
+        f"table {name} exists, but is not {kind} that gpcnn made (gpcnn's catalog has no entry "
+        "for it written by the table's owner): gpcnn replaces only tables it made; choose "
+        "another name, or drop or rename that table yourself"
+    )
 
 
 def reclaim(
@@ -142,13 +172,21 @@ class Catalog:
     # -- the catalog of image tables ------------------------------------------------------------
 
     def image_table(self, table_schema: str, table_name: str):
-        """The catalog row of an image table, or None."""
-        t = self.tables.image_tables
+        """The catalog row of an image table, or None (``_describing``)."""
         if not migrations.exists(self.conn, self.backend, "image_tables"):
             return None
-        return self.conn.execute(
+        return self._describing(self.tables.image_tables, table_schema, table_name)
+
+    def _describing(self, t: sa.Table, table_schema: str, table_name: str):
+        """Of the rows a catalog ``t`` shows this role for a name, the one its table's owner wrote
+        (``made_by_gpcnn``); where the table is gone, the first (a stale entry, to remove)."""
+        rows = self.conn.execute(
             sa.select(t).where(t.c.table_schema == table_schema, t.c.table_name == table_name)
-        ).first()
+        ).all()
+        owner = relation_owner(self.conn, TableName(table_schema, table_name))
+        if owner is None:
+            return rows[0] if rows else None
+        return next((row for row in rows if row.created_by == owner), None)
 
     def image_tables(self) -> list:
         t = self.tables.image_tables
@@ -168,6 +206,26 @@ class Catalog:
             t.update()
             .where(t.c.table_schema == table_schema, t.c.table_name == table_name)
             .values(**values)
+        )
+
+    def prediction_table(self, table_schema: str, table_name: str):
+        """The catalog row of a table gpcnn wrote predictions into, or None."""
+        return self._describing(self.tables.prediction_tables, table_schema, table_name)
+
+    def write_prediction_table(self, table_schema: str, table_name: str, source: str) -> None:
+        """Record (again) that gpcnn wrote predictions of ``source`` into the table."""
+        from gpcnn.version import __version__
+
+        t = self.tables.prediction_tables
+        where = (t.c.table_schema == table_schema, t.c.table_name == table_name)
+        self.conn.execute(t.delete().where(*where))
+        self.conn.execute(
+            t.insert().values(
+                table_schema=table_schema,
+                table_name=table_name,
+                source=source,
+                gpcnn_version=__version__,
+            )
         )
 
     def delete_image_table(self, table_schema: str, table_name: str) -> None:

@@ -11,6 +11,7 @@ chunk rows into a chunked table (``write_chunks``, ``write_streamed_chunks``).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import signal
 import struct
@@ -348,9 +349,8 @@ def write_chunks(
 ) -> None:
     """Write vectors as chunk rows ``(*prefix, chunk, data)`` of a chunked table (``prefix``:
     (column, type) pairs) in the caller's transaction."""
-    sql = backend.chunk_copy_sql(table_sql, [name for name, _ in prefix])
     types = tuple(sql_type for _, sql_type in prefix)
-    _copy_in(conn, backend, sql, chunk_rows(types, vectors, backend.chunk_values))
+    _copy_in(conn, backend, table_sql, prefix, chunk_rows(types, vectors, backend.chunk_values))
 
 
 def write_streamed_chunks(
@@ -363,11 +363,40 @@ def write_streamed_chunks(
 ) -> None:
     """Write one vector, given chunk by chunk as it is made, as chunk rows ``(*values, chunk,
     data)`` (``prefix``: the columns and types of ``values``) in the caller's transaction."""
-    sql = backend.chunk_copy_sql(table_sql, [name for name, _ in prefix])
     types = tuple(sql_type for _, sql_type in prefix)
-    _copy_in(conn, backend, sql, streamed_chunk_rows(types, values, chunks))
+    _copy_in(conn, backend, table_sql, prefix, streamed_chunk_rows(types, values, chunks))
 
 
-def _copy_in(conn: sa.Connection, backend: ChunkTables, sql: str, pieces: Iterator[bytes]) -> None:
+def _copy_in(
+    conn: sa.Connection,
+    backend: ChunkTables,
+    table_sql: str,
+    prefix: tuple[tuple[str, str], ...],
+    pieces: Iterator[bytes],
+) -> None:
+    """COPY the rows into the table; for a role its row-level security applies to, which
+    PostgreSQL refuses COPY FROM, into a temporary table of the session first, then INSERT
+    (where the policy checks each row)."""
+    columns = [name for name, _ in prefix]
+    secured = conn.execute(
+        sa.text("SELECT pg_catalog.row_security_active(CAST(:t AS pg_catalog.text))"),
+        {"t": table_sql},
+    ).scalar()
+    target = _rows_staging(conn, table_sql) if secured else table_sql
     stream = CopyStream(pieces)
+    sql = backend.chunk_copy_sql(target, columns)
     copy(conn.connection.driver_connection, sql, stream, size=backend.chunk_bytes + 64)
+    if secured:
+        listed = ", ".join([*columns, "chunk", "data"])
+        conn.exec_driver_sql(f"INSERT INTO {table_sql} ({listed}) SELECT {listed} FROM {target}")
+        conn.exec_driver_sql(f"TRUNCATE {target}")
+
+
+def _rows_staging(conn: sa.Connection, table_sql: str) -> str:
+    """The session's temporary table shaped like ``table_sql`` (emptied at each commit)."""
+    name = "pg_temp.gpcnn_rows_" + hashlib.sha256(table_sql.encode()).hexdigest()[:16]
+    conn.exec_driver_sql(
+        f"CREATE TEMPORARY TABLE IF NOT EXISTS {name} "
+        f"(LIKE {table_sql} INCLUDING DEFAULTS INCLUDING STORAGE) ON COMMIT DELETE ROWS"
+    )
+    return name

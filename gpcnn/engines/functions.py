@@ -14,6 +14,9 @@ import sqlalchemy as sa
 from gpcnn.engines.base import Backend
 
 DOLLAR_TAG = "$gpcnn$"
+# Every function runs under this search path, whatever the caller's: nothing a user can create
+# objects in is searched, so no function or operator of theirs stands in for a built-in.
+PINNED = "SET search_path = pg_catalog, pg_temp"
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,7 @@ class Function:
             raise ValueError(f"the in-database sources contain the dollar-quote tag {DOLLAR_TAG}")
         return (
             f"CREATE FUNCTION {qschema}.{self.name}({signature}) RETURNS {self.returns} AS "
-            f"{DOLLAR_TAG}{body}{DOLLAR_TAG} LANGUAGE plpython3u{strict}"
+            f"{DOLLAR_TAG}{body}{DOLLAR_TAG} LANGUAGE plpython3u{strict} {PINNED}"
         )
 
 
@@ -133,7 +136,7 @@ FUNCTIONS = (
 # copies any varlena as it is (PL/Python would convert an array element by element).
 ARRAY_BYTES = (
     "CREATE FUNCTION {qschema}.array_bytes(anyarray) RETURNS bytea AS 'byteasend' "
-    "LANGUAGE internal IMMUTABLE STRICT"
+    f"LANGUAGE internal IMMUTABLE STRICT {PINNED}"
 )
 
 
@@ -181,7 +184,7 @@ def install_ddl(qschema: str, body_prefix: str, version: str) -> list[str]:
     literal = version.replace("'", "''")
     ddl.append(
         f"CREATE FUNCTION {qschema}.version() RETURNS text AS $$ SELECT '{literal}'::text $$ "
-        "LANGUAGE sql IMMUTABLE"
+        f"LANGUAGE sql IMMUTABLE {PINNED}"
     )
     return ddl
 

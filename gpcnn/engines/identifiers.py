@@ -53,8 +53,22 @@ class TableName:
         raise TableError(f"{table!r}: expected [schema.]table")
 
     def sql(self, backend: Backend) -> str:
-        name = backend.quote(self.name)
-        return f"{backend.quote(self.schema)}.{name}" if self.schema else name
+        """The name quoted for ``backend``, always with its schema (``qualified``)."""
+        name = self.qualified(backend)
+        return f"{backend.quote(name.schema)}.{backend.quote(name.name)}"
+
+    def qualified(self, backend: Backend) -> TableName:
+        """The name with its schema: the user's default schema (``Backend.default_schema``) when
+        it was given without one, as PostgreSQL would read it under the user's search path."""
+        if self.schema is not None:
+            return self
+        schema = backend.default_schema
+        if schema is None:
+            raise TableError(
+                f"{self.name!r} names no schema, and your search_path holds no schema that "
+                "exists: write it as schema.table"
+            )
+        return TableName(schema, self.name)
 
     def with_suffix(self, suffix: str) -> TableName:
         return TableName(self.schema, self.name + suffix)

@@ -32,8 +32,10 @@ def _sources() -> list[tuple[str, str]]:
 
 
 def bundle_id() -> str:
-    """Identifies the installed code: the gpcnn version plus a hash of the in-database sources."""
-    digest = hashlib.sha256(repr(_sources()).encode()).hexdigest()[:12]
+    """Identifies the installed code: the gpcnn version plus a hash of the in-database sources and
+    of the DDL that declares them (a new setting on the functions is a new bundle)."""
+    declared = functions.install_ddl('"schema"', "", __version__)
+    digest = hashlib.sha256(repr((_sources(), declared)).encode()).hexdigest()[:12]
     return f"{__version__}+{digest}"
 
 

@@ -1,6 +1,10 @@
 """The model library's statements: Keras models stored under a name in ``models`` (the model's
 JSON) and ``model_weights`` (its weights, if stored, in chunks like checkpoints: by binary COPY,
-never inside statement text), as a ``Library`` on the caller's connection and transaction."""
+never inside statement text), as a ``Library`` on the caller's connection and transaction.
+
+Names are each role's own: a role stores, replaces and deletes its own models, and reads those of
+the roles it holds (row-level security, ``roles``); a name it holds twice means its own first,
+then the other roles' in the order of their names."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ class StoredModel:
     """A row of ``models``; ``weights`` None when only the architecture was stored (or not read)."""
 
     name: str
+    owner: str
     model_json: str
     has_weights: bool
     description: str | None
@@ -60,7 +65,7 @@ class Library:
         from gpcnn.version import __version__
 
         t = self._tables
-        self.backend.lock_name(self.conn, f"gpcnn model {name}")
+        self.backend.lock_name(self.conn, f"gpcnn model {name} of {self._me}")
         if self.exists(name):
             if not replace:
                 raise ValueError(
@@ -81,29 +86,41 @@ class Library:
             table_sql = migrations.qualified(self.backend, "model_weights")
             write_chunks(self.conn, self.backend, table_sql, WEIGHTS_PREFIX, [((name,), weights)])
 
+    @property
+    def _me(self) -> str:
+        return self.conn.execute(sa.text("SELECT CAST(CURRENT_USER AS text)")).scalar()
+
     def exists(self, name: str) -> bool:
+        """Whether this role stores a model under ``name``."""
         m = self._tables.models
-        return self.conn.execute(sa.select(m.c.name).where(m.c.name == name)).first() is not None
+        mine = sa.select(m.c.name).where(m.c.name == name, m.c.created_by == self._me)
+        return self.conn.execute(mine).first() is not None
 
     def entries(self, name: str | None = None) -> list[StoredModel]:
         """Every stored model (or the one named), by name, without weights."""
         t = self._tables
         m, w = t.models, t.model_weights
         sizes = (
-            sa.select(w.c.name, sa.func.sum(sa.func.octet_length(w.c.data)).label("size"))
-            .group_by(w.c.name)
+            sa.select(
+                w.c.name,
+                w.c.created_by,
+                sa.func.sum(sa.func.octet_length(w.c.data)).label("size"),
+            )
+            .group_by(w.c.name, w.c.created_by)
             .subquery()
         )
+        joined = sa.and_(sizes.c.name == m.c.name, sizes.c.created_by == m.c.created_by)
         query = (
             sa.select(m, sa.func.coalesce(sizes.c.size, 0).label("size"))
-            .select_from(m.outerjoin(sizes, sizes.c.name == m.c.name))
-            .order_by(m.c.name)
+            .select_from(m.outerjoin(sizes, joined))
+            .order_by(m.c.name, (m.c.created_by == self._me).desc(), m.c.created_by)
         )
         if name is not None:
             query = query.where(m.c.name == name)
         return [
             StoredModel(
                 name=r.name,
+                owner=r.created_by,
                 model_json=r.model_json,
                 has_weights=bool(r.weights),
                 description=r.description,
@@ -123,12 +140,15 @@ class Library:
         if not entry.has_weights:
             return entry
         w = self._tables.model_weights
-        rows = self.conn.execute(sa.select(w.c.chunk, w.c.data).where(w.c.name == name))
+        rows = self.conn.execute(
+            sa.select(w.c.chunk, w.c.data).where(w.c.name == name, w.c.created_by == entry.owner)
+        )
         weights = assemble({int(c): d for c, d in rows}, f"the weights of model {name!r}")
         return dataclasses.replace(entry, weights=weights)
 
     def delete(self, name: str) -> bool:
-        """Delete the model and its weights; whether it was there."""
-        t = self._tables
-        self.conn.execute(t.model_weights.delete().where(t.model_weights.c.name == name))
-        return self.conn.execute(t.models.delete().where(t.models.c.name == name)).rowcount > 0
+        """Delete this role's model and its weights; whether it was there."""
+        t, me = self._tables, self._me
+        w, m = t.model_weights, t.models
+        self.conn.execute(w.delete().where(w.c.name == name, w.c.created_by == me))
+        return self.conn.execute(m.delete().where(m.c.name == name, m.c.created_by == me)).rowcount > 0

@@ -20,7 +20,7 @@ from gpcnn.engines.label_skew import skew_index
 from gpcnn.engines.transfers import EVERY_KEY
 from gpcnn.engines.views import create_views_ddl, drop_views_ddl
 
-SHAPE_VERSION = 9
+SHAPE_VERSION = 10
 
 
 class ShapeError(RuntimeError):
@@ -37,6 +37,7 @@ class Tables:
     transfers: sa.Table
     models: sa.Table
     model_weights: sa.Table
+    prediction_tables: sa.Table
 
     def all(self) -> tuple[sa.Table, ...]:
         return (
@@ -48,6 +49,7 @@ class Tables:
             self.transfers,
             self.models,
             self.model_weights,
+            self.prediction_tables,
         )
 
 
@@ -62,7 +64,21 @@ DISTRIBUTION = {
     "transfers": None,
     "models": ("name",),
     "model_weights": ("name",),
+    "prediction_tables": ("table_schema", "table_name"),
 }
+# The tables whose rows belong to the role that wrote them (``created_by``): row-level security
+# lets a member of the user role see and change only their own (``roles.secure_rows``).
+OWNED = (
+    "image_tables",
+    "runs",
+    "run_iterations",
+    "checkpoints",
+    "transfers",
+    "models",
+    "model_weights",
+    "prediction_tables",
+)
+OWNER_COLUMN = "created_by"
 # their data column: out of line, uncompressed
 CHUNKED = ("checkpoints", "transfers", "model_weights")
 RUN_PARTS = ("weights", "rule_state", "optimizer")  # a checkpoint's vectors (key -1)
@@ -74,6 +90,20 @@ def tables(schema: str) -> Tables:
     """The Core tables of gpcnn's objects in ``schema`` (current shape)."""
     md = sa.MetaData(schema=schema)
     now = sa.func.now()
+
+    def created_by(key: bool = False) -> sa.Column:
+        # CURRENT_USER is SQL's keyword, not a function a search path could find elsewhere. In
+        # the catalogs of tables and the model library it is part of the key: a row another role
+        # writes for a name never blocks this role's (``Catalog.image_table`` reads the table
+        # owner's row; each role has its own model names).
+        return sa.Column(
+            OWNER_COLUMN,
+            sa.Text,
+            primary_key=key,
+            nullable=False,
+            server_default=sa.text("CURRENT_USER"),
+        )
+
     version = sa.Table("schema_version", md, sa.Column("version", sa.Integer, nullable=False))
     image_tables = sa.Table(
         "image_tables",
@@ -104,6 +134,7 @@ def tables(schema: str) -> Tables:
         sa.Column("label_skew_max", sa.Float),
         sa.Column("label_skew_mean", sa.Float),
         sa.Column("shared_images", sa.BigInteger, nullable=False, server_default="0"),
+        created_by(key=True),
     )
     runs = sa.Table(
         "runs",
@@ -118,6 +149,7 @@ def tables(schema: str) -> Tables:
         sa.Column("error", sa.Text),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
         sa.Column("updated_at", sa.DateTime(timezone=True)),
+        created_by(),
     )
     run_iterations = sa.Table(
         "run_iterations",
@@ -126,6 +158,7 @@ def tables(schema: str) -> Tables:
         sa.Column("iteration", sa.Integer, primary_key=True),
         sa.Column("metrics", sa.Text, nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
+        created_by(),
     )
     checkpoints = sa.Table(
         "checkpoints",
@@ -136,6 +169,7 @@ def tables(schema: str) -> Tables:
         sa.Column("__dist_key__", sa.Integer, primary_key=True),
         sa.Column("chunk", sa.Integer, primary_key=True),
         sa.Column("data", sa.LargeBinary, nullable=False),
+        created_by(),
     )
     transfers = sa.Table(
         "transfers",
@@ -148,6 +182,7 @@ def tables(schema: str) -> Tables:
         # transfer whose owner has no backend left is a dead client's (``sweep_transfers``)
         sa.Column("owner", sa.Text, nullable=False, server_default=""),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
+        created_by(),
         prefixes=["UNLOGGED"],  # rewritten every statement; nothing to recover after a crash
     )
     # the model library: a Keras model's JSON under a name, its weights (if stored) in chunks
@@ -160,6 +195,7 @@ def tables(schema: str) -> Tables:
         sa.Column("description", sa.Text),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
         sa.Column("gpcnn_version", sa.Text, nullable=False),
+        created_by(key=True),
     )
     model_weights = sa.Table(
         "model_weights",
@@ -167,9 +203,29 @@ def tables(schema: str) -> Tables:
         sa.Column("name", sa.Text, primary_key=True),
         sa.Column("chunk", sa.Integer, primary_key=True),
         sa.Column("data", sa.LargeBinary, nullable=False),
+        created_by(key=True),
+    )
+    # the tables gpcnn wrote predictions into: replace=True overwrites only these
+    prediction_tables = sa.Table(
+        "prediction_tables",
+        md,
+        sa.Column("table_schema", sa.Text, primary_key=True),
+        sa.Column("table_name", sa.Text, primary_key=True),
+        sa.Column("source", sa.Text, nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False, server_default=now),
+        sa.Column("gpcnn_version", sa.Text, nullable=False),
+        created_by(key=True),
     )
     return Tables(
-        version, image_tables, runs, run_iterations, checkpoints, transfers, models, model_weights
+        version,
+        image_tables,
+        runs,
+        run_iterations,
+        checkpoints,
+        transfers,
+        models,
+        model_weights,
+        prediction_tables,
     )
 
 
@@ -370,10 +426,9 @@ def _migrate_6_to_7(conn: sa.Connection, backend: Backend) -> None:
 
 
 def _migrate_7_to_8(conn: sa.Connection, backend: Backend) -> None:
-    """The diagnostics' views over ``run_iterations`` are new (``engines/views.py``)."""
+    """The diagnostics' views over ``run_iterations`` are new (``engines/views.py``): the step to
+    shape 10 creates them, once the rows they filter on have an owner."""
     _create_missing(conn, backend)
-    for statement in create_views_ddl(backend):
-        conn.exec_driver_sql(statement)
 
 
 def _migrate_8_to_9(conn: sa.Connection, backend: Backend) -> None:
@@ -402,6 +457,38 @@ def _migrate_8_to_9(conn: sa.Connection, backend: Backend) -> None:
         )
 
 
+def _migrate_9_to_10(conn: sa.Connection, backend: Backend) -> None:
+    """Rows record the role that wrote them (``created_by``), for row-level security; rows written
+    before belong to the role that runs the upgrade (an administrator reassigns them with
+    ``UPDATE ... SET created_by``). The catalog of prediction tables is new, and the views filter
+    by the reader (``views``)."""
+    _create_missing(conn, backend)
+    for name in OWNED:
+        if OWNER_COLUMN not in _columns(conn, backend, name):
+            conn.exec_driver_sql(
+                f"ALTER TABLE {qualified(backend, name)} "
+                f"ADD COLUMN {OWNER_COLUMN} text NOT NULL DEFAULT CURRENT_USER"
+            )
+    for name, columns in (
+        ("image_tables", "table_schema, table_name"),
+        ("models", "name"),
+        ("model_weights", "name, chunk"),
+    ):
+        key = conn.execute(
+            sa.text(
+                "SELECT CAST(conname AS text) FROM pg_catalog.pg_constraint "
+                "WHERE conrelid = pg_catalog.to_regclass(:t) AND contype = 'p'"
+            ),
+            {"t": qualified(backend, name)},
+        ).scalar()
+        conn.exec_driver_sql(
+            f"ALTER TABLE {qualified(backend, name)} DROP CONSTRAINT {backend.quote(key)}, "
+            f"ADD PRIMARY KEY ({columns}, {OWNER_COLUMN})"
+        )
+    for statement in drop_views_ddl(backend) + create_views_ddl(backend):
+        conn.exec_driver_sql(statement)
+
+
 # MIGRATIONS[i] takes shape i + 1 to shape i + 2.
 MIGRATIONS = (
     _migrate_1_to_2,
@@ -412,6 +499,7 @@ MIGRATIONS = (
     _migrate_6_to_7,
     _migrate_7_to_8,
     _migrate_8_to_9,
+    _migrate_9_to_10,
 )
 
 

@@ -1,12 +1,15 @@
-"""The role that lets ordinary users run gpcnn without owning it: ``<schema>_user``.
+"""The role that lets ordinary users run gpcnn without owning it (``<schema>_user``), and what
+keeps its members apart.
 
 ``install`` (run by a superuser: plpython3u is untrusted) creates the role if missing, without
 LOGIN, and grants it exactly what loading, fitting, evaluating, predicting and resuming need:
 USAGE on gpcnn's schema, EXECUTE on its functions and aggregates (taken from PUBLIC), reading and
-writing gpcnn's tables (not altering or dropping them), and CREATE and TEMPORARY on the database
-(a load creates its table's schema; Greenplum picks keys in a temporary table). Functions stay
-owned by the installer, so members of the role cannot replace or drop them.
-``GRANT gpcnn_user TO alice`` gives a login role all of it.
+writing gpcnn's tables (not altering or dropping them; ``schema_version`` read only), and
+TEMPORARY on the database (Greenplum picks keys in a temporary table) but not CREATE: loads go to
+schemas that exist. Functions and tables stay owned by the installer, so members cannot replace or
+drop them, and row-level security (``secure_rows``) lets each member see and change only the rows
+they wrote; the installer, as the tables' owner, sees all. ``GRANT gpcnn_user TO alice`` gives a
+login role all of it.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from gpcnn.engines.base import Backend
+from gpcnn.engines.migrations import OWNED, OWNER_COLUMN, qualified
 
 
 def role_name(schema: str) -> str:
@@ -39,8 +43,12 @@ def grant_ddl(backend: Backend, role: str, database: str) -> list[str]:
         f"REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} FROM PUBLIC",
         f"GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA {s} TO {r}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {s} TO {r}",
+        f"REVOKE INSERT, UPDATE, DELETE ON {s}.{backend.quote('schema_version')} FROM {r}",
         f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {s} TO {r}",
-        f"GRANT CREATE, TEMPORARY ON DATABASE {db} TO {r}",
+        # TEMPORARY only: a role that could create schemas could create one named after another
+        # role, first in that role's default search path (loads go to existing schemas)
+        f"REVOKE CREATE ON DATABASE {db} FROM {r}",
+        f"GRANT TEMPORARY ON DATABASE {db} TO {r}",
     ]
 
 
@@ -52,7 +60,63 @@ def ensure_role(conn: sa.Connection, backend: Backend) -> str:
     database = conn.execute(sa.select(sa.func.current_database())).scalar()
     for statement in grant_ddl(backend, role, database):
         conn.exec_driver_sql(statement)
+    secure_rows(conn, backend, role)
     return role
+
+
+OWN_ROWS = f"{OWNER_COLUMN} = CAST(CURRENT_USER AS text)"
+# A model stored by a role the reader is a member of (with its rights): a team's models, stored
+# after SET ROLE team, are every member's to load.
+MEMBERS_ROWS = (
+    "EXISTS (SELECT 1 FROM pg_catalog.pg_roles o WHERE o.rolname = "
+    f"{OWNER_COLUMN} AND pg_catalog.pg_has_role(o.oid, 'USAGE'))"
+)
+SHARED = ("models", "model_weights")
+
+
+def policies(backend: Backend, role: str) -> dict[tuple[str, str], str]:
+    """(table, policy name) -> CREATE POLICY, for every table whose rows have an owner."""
+    r = backend.quote(role)
+    found = {}
+    for table in OWNED:
+        target = qualified(backend, table)
+        found[table, "gpcnn_own_rows"] = (
+            f"CREATE POLICY gpcnn_own_rows ON {target} TO {r} USING ({OWN_ROWS}) "
+            f"WITH CHECK ({OWN_ROWS})"
+        )
+        if table in SHARED:
+            found[table, "gpcnn_members_models"] = (
+                f"CREATE POLICY gpcnn_members_models ON {target} FOR SELECT TO {r} "
+                f"USING ({MEMBERS_ROWS})"
+            )
+    return found
+
+
+def secure_rows(conn: sa.Connection, backend: Backend, role: str) -> None:
+    """Row-level security on every owned table, with its policies: each made only where missing,
+    so that an install beside running fits takes no lock it does not need."""
+    present = set(
+        conn.execute(
+            sa.text(
+                "SELECT CAST(tablename AS text), CAST(policyname AS text) FROM pg_catalog.pg_policies "
+                "WHERE schemaname = :s"
+            ),
+            {"s": backend.schema},
+        ).all()
+    )
+    for table in OWNED:
+        secured = conn.execute(
+            sa.text(
+                "SELECT c.relrowsecurity FROM pg_catalog.pg_class c "
+                "WHERE c.oid = pg_catalog.to_regclass(:t)"
+            ),
+            {"t": qualified(backend, table)},
+        ).scalar()
+        if not secured:
+            conn.exec_driver_sql(f"ALTER TABLE {qualified(backend, table)} ENABLE ROW LEVEL SECURITY")
+    for key, statement in policies(backend, role).items():
+        if key not in present:
+            conn.exec_driver_sql(statement)
 
 
 def drop_role(conn: sa.Connection, backend: Backend) -> bool:

@@ -36,13 +36,19 @@ def application_name() -> str:
 # PostgreSQL's JIT (LLVM) and TensorFlow's libraries in one server process crash it (signal 11 on
 # the next statement costly enough to be compiled, once TensorFlow was imported): gpcnn's
 # statements never need it, so every connection gpcnn opens turns it off.
-SERVER_OPTIONS = "-c jit=off"
+# The search path holds nothing a user can create objects in, so no function or operator of
+# another role's (a schema named after the user, public) can stand in for a built-in that a
+# statement calls with argument types needing a cast; gpcnn names every table with its schema.
+PINNED_SEARCH_PATH = "pg_catalog,pg_temp"
+SERVER_OPTIONS = f"-c jit=off -c search_path={PINNED_SEARCH_PATH}"
 
 
-def connect_arguments(url: sa.URL) -> dict:
+def connect_arguments(url: sa.URL, pinned: bool = True) -> dict:
     """The driver's connect arguments of every connection gpcnn opens: ``application_name()``
-    unless the URL names one, and ``SERVER_OPTIONS`` after the URL's own ``options``."""
-    arguments = {"options": f"{url.query.get('options', '')} {SERVER_OPTIONS}".strip()}
+    unless the URL names one, and ``SERVER_OPTIONS`` after the URL's own ``options`` (only
+    ``jit=off`` with ``pinned=False``: the one connection that reads the user's own search path)."""
+    ours = SERVER_OPTIONS if pinned else "-c jit=off"
+    arguments = {"options": f"{url.query.get('options', '')} {ours}".strip()}
     if "application_name" not in url.query:
         arguments["application_name"] = application_name()
     return arguments

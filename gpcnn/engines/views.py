@@ -48,17 +48,28 @@ def _typed(source: str, columns) -> str:
     )
 
 
+# A view reads its tables with its owner's rights, which row-level security does not restrict:
+# each view keeps the reader's own rows itself (all rows for a superuser), as a security barrier
+# (no function of the reader's sees a row before this filter).
+READERS_ROWS = (
+    "created_by = CAST(CURRENT_USER AS text) OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r "
+    "WHERE r.rolname = CURRENT_USER AND r.rolsuper)"
+)
+
+
 def create_views_ddl(backend: Backend) -> list[str]:
     """CREATE OR REPLACE VIEW for both views (after the tables)."""
     iterations = f"{backend.qschema}.{backend.quote('run_iterations')}"
+    view = "CREATE OR REPLACE VIEW {} WITH (security_barrier) AS "
     return [
-        f"CREATE OR REPLACE VIEW {backend.qschema}.{backend.quote('run_diagnostics')} AS "
-        f"SELECT run_id, iteration, {_typed('m', ITERATION_COLUMNS)} FROM "
-        f"(SELECT run_id, iteration, CAST(metrics AS json) AS m FROM {iterations}) AS i",
-        f"CREATE OR REPLACE VIEW {backend.qschema}.{backend.quote('run_segment_diagnostics')} "
-        f"AS SELECT run_id, iteration, {_typed('s', SEGMENT_COLUMNS)} FROM "
+        view.format(f"{backend.qschema}.{backend.quote('run_diagnostics')}")
+        + f"SELECT run_id, iteration, {_typed('m', ITERATION_COLUMNS)} FROM "
+        f"(SELECT run_id, iteration, CAST(metrics AS json) AS m FROM {iterations} "
+        f"WHERE {READERS_ROWS}) AS i",
+        view.format(f"{backend.qschema}.{backend.quote('run_segment_diagnostics')}")
+        + f"SELECT run_id, iteration, {_typed('s', SEGMENT_COLUMNS)} FROM "
         "(SELECT run_id, iteration, json_array_elements(CAST(metrics AS json) -> 'per_segment') "
-        f"AS s FROM {iterations}) AS i",
+        f"AS s FROM {iterations} WHERE {READERS_ROWS}) AS i",
     ]
 
 

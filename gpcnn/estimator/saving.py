@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 from gpcnn.estimator import parameters
+from gpcnn.kernel.config_check import check_model
 from gpcnn.kernel.keras_setup import compiled_model, keras_module, rebuilt
 
 
@@ -33,9 +35,21 @@ def load(cls, path: str | Path):
         model = rebuilt(sidecar["model_json"])
         model.load_weights(path)
     else:
-        model = keras_module().saving.load_model(path, safe_mode=True, compile=False)
+        keras = keras_module()
+        check_model(_keras_config(path))
+        model = keras.saving.load_model(path, safe_mode=True, compile=False)
     est = cls(model, **parameters.loaded(sidecar["params"]))
     parameters.set_fitted_state(est, sidecar)
     est.model_ = compiled_model(sidecar["model_json"], est._compile_options())
     est.model_.set_weights(model.get_weights())
     return est
+
+
+def _keras_config(path: Path) -> dict:
+    """The model config of a ``.keras`` file (the zip's ``config.json``), to check before Keras
+    loads the file. Only a ``.keras`` file: Keras would load another in a legacy format, which
+    this reading does not see."""
+    if path.suffix != ".keras":
+        raise ValueError(f"{path}: a fitted estimator loads from a .keras or .weights.h5 file")
+    with zipfile.ZipFile(path) as archive:
+        return json.loads(archive.read("config.json"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gpcnn.kernel import config_check
 from gpcnn.kernel.keras_setup import keras_module
 from gpcnn.kernel.protocol import CompileOptions
 
@@ -51,7 +52,9 @@ def compile_options(
         config = {} if learning_rate is None else {"learning_rate": learning_rate}
         built = keras.optimizers.get({"class_name": optimizer, "config": config})
     else:
-        built = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
+        serialized = keras.optimizers.serialize(optimizer)
+        config_check.check_optimizer(serialized)
+        built = keras.optimizers.deserialize(serialized)
         if learning_rate is not None:
             built.learning_rate = learning_rate
     return CompileOptions(stored_optimizer(built), loss, tuple(metrics))
@@ -66,5 +69,7 @@ def stored_optimizer(optimizer: Any) -> dict:
 
 
 def loaded_optimizer(stored: dict) -> Any:
-    """The optimizer of ``stored_optimizer``."""
-    return keras_module().optimizers.deserialize(stored)
+    """The optimizer of ``stored_optimizer``, once it holds only Keras's own optimizer."""
+    keras = keras_module()
+    config_check.check_optimizer(stored)
+    return keras.optimizers.deserialize(stored)

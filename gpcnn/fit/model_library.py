@@ -107,8 +107,9 @@ def list_models(database: Database | str | None = None) -> list[dict]:
     Returns
     -------
     list of dict
-        One per model: ``name``, ``description``, ``weights`` (whether weights are stored),
-        ``stored_bytes``, ``created_at`` (ISO 8601) and ``gpcnn_version``.
+        One per model: ``name``, ``owner`` (the role that stored it: yours, or a role you
+        hold), ``description``, ``weights`` (whether weights are stored), ``stored_bytes``,
+        ``created_at`` (ISO 8601) and ``gpcnn_version``.
     """
     db = connect(database)
     with db.begin() as conn:
@@ -119,6 +120,7 @@ def list_models(database: Database | str | None = None) -> list[dict]:
 def _summary(entry: StoredModel) -> dict:
     return {
         "name": entry.name,
+        "owner": entry.owner,
         "description": entry.description,
         "weights": entry.has_weights,
         "stored_bytes": entry.stored_bytes,

@@ -23,7 +23,7 @@ from gpcnn.data.tables import (
     resolved_name,
 )
 from gpcnn.engines import Database, transfers
-from gpcnn.engines.catalog import Catalog, relation_exists
+from gpcnn.engines.catalog import Catalog, made_by_gpcnn, not_gpcnns, relation_owner
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.fit.errors import database_call
 from gpcnn.kernel.protocol import SegmentOptions
@@ -110,7 +110,7 @@ def _write(db, sessions, info, output, pred_type, top_k, params, replace) -> Tab
     backend = db.backend
     name = checked_name(output)
     with db.begin() as conn:
-        name = resolved_name(conn, name)
+        name = resolved_name(backend, name)
         _check_target(conn, db, name, replace)
         staging = name.with_suffix(STAGING_SUFFIX)
         backend.ensure_schema(conn, name.schema)
@@ -128,6 +128,7 @@ def _write(db, sessions, info, output, pred_type, top_k, params, replace) -> Tab
             if exists:
                 conn.exec_driver_sql(backend.drop_ddl(name))
             conn.exec_driver_sql(backend.rename_table_ddl(staging, name))
+            Catalog(conn, backend).write_prediction_table(name.schema, name.name, str(info.table))
     except BaseException:
         with contextlib.suppress(Exception), db.begin() as conn:
             conn.exec_driver_sql(backend.drop_ddl(staging, if_exists=True))
@@ -140,11 +141,14 @@ def _check_target(conn, db: Database, name: TableName, replace: bool) -> bool:
     table. Returns whether the output exists."""
     backend = db.backend
     backend.lock_name(conn, str(name))
-    exists = relation_exists(conn, name.sql(backend))
-    if not exists:
+    owner = relation_owner(conn, name)
+    if owner is None:
         return False
+    catalog = Catalog(conn, backend)
+    if made_by_gpcnn(catalog.image_table(name.schema, name.name), owner):
+        raise TableError(f"{name} is an image table: predictions never overwrite one")
+    if not made_by_gpcnn(catalog.prediction_table(name.schema, name.name), owner):
+        raise TableError(not_gpcnns(name, "a predictions table"))
     if not replace:
         raise TableError(f"table {name} exists: pass replace=True to overwrite the predictions")
-    if Catalog(conn, backend).image_table(name.schema, name.name) is not None:
-        raise TableError(f"{name} is an image table: predictions never overwrite one")
     return True

@@ -10,6 +10,8 @@ import sys
 import tempfile
 from typing import Any
 
+from . import server_guard
+from .config_check import check_loss, check_metrics, check_model, check_optimizer
 from .protocol import CompileOptions
 
 _threads: int | None = None
@@ -40,7 +42,13 @@ def keras_module(threads: int | None = None) -> Any:
         os.environ["KERAS_HOME"] = os.path.join(tempfile.gettempdir(), "gpcnn-keras")
     if not sys.argv:
         sys.argv = ["gpcnn"]  # absl and friends index sys.argv, which is empty in a backend
+    starting = "tensorflow" not in sys.modules
+    if starting:
+        server_guard.before_tensorflow()
     import tensorflow as tf
+
+    if starting:
+        server_guard.after_tensorflow()
 
     if _threads is None and threads:
         try:
@@ -55,15 +63,22 @@ def keras_module(threads: int | None = None) -> Any:
 
 
 def rebuilt(model_json: str, threads: int | None = None) -> Any:
-    """The model of ``model.to_json()``, in safe mode (no code travels with a model)."""
+    """The model of ``model.to_json()``, in safe mode (no code travels with a model), once
+    ``check_model`` has found only Keras's own layers in it: safe mode alone still builds and
+    calls the functions Keras exports."""
     keras = keras_module(threads)
-    return keras.saving.deserialize_keras_object(json.loads(model_json), safe_mode=True)
+    config = json.loads(model_json)
+    check_model(config)
+    return keras.saving.deserialize_keras_object(config, safe_mode=True)
 
 
 def compiled(model: Any, options: CompileOptions) -> Any:
-    """``model`` compiled with ``options`` (from a copy: Keras replaces a schedule's config in
-    place)."""
+    """``model`` compiled with ``options``, once they hold only Keras's own optimizer, loss and
+    metrics (from a copy: Keras replaces a schedule's config in place)."""
     keras = keras_module()
+    check_optimizer(options.optimizer)
+    check_loss(options.loss)
+    check_metrics(options.metrics)
     model.compile(
         optimizer=keras.optimizers.deserialize(copy.deepcopy(options.optimizer)),
         loss=options.loss,

@@ -315,7 +315,7 @@ def _run_sync(
     x, x_val = segment.to_model_input(x), segment.to_model_input(x_val)
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(spec.segments)])
     with strategy.scope():
-        replica = keras.models.model_from_json(model_json)
+        replica = keras_setup.rebuilt(model_json)
         wire.set_model_weights(replica, weights)
         replica.compile(
             optimizer=optimizer(spec.optimizer, spec.effective_learning_rate),

@@ -84,7 +84,7 @@ def check_source(
 def _queries(
     db: Database, conn, table: str, source: SourceTable, layouts: Sequence[str] = ()
 ) -> PackingSource:
-    name = resolved_name(conn, TableName.parse(table))
+    name = resolved_name(db.backend, TableName.parse(table))
     types = column_types(conn, name.sql(db.backend))
     if not types:
         raise TableError(f"no table {name}: --table names a table of images, one row per image")

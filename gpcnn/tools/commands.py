@@ -237,7 +237,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         for m in rows:
             weights = f"weights {m['stored_bytes'] / 1e6:.1f} MB" if m["weights"] else "no weights"
             about = f"  {m['description']}" if m["description"] else ""
-            print(f"{m['name']}  {weights}, stored {m['created_at'][:19]}{about}")
+            print(f"{m['name']}  {weights}, stored {m['created_at'][:19]} by {m['owner']}{about}")
         return 0
     if not args.names:
         raise ValueError(f"gpcnn models {args.action} needs model names")
@@ -317,8 +317,8 @@ def _load_folder(args: argparse.Namespace) -> int:
 
 
 def cmd_load(args: argparse.Namespace) -> int:
+    from gpcnn.data.loading import check_target
     from gpcnn.data.tables import TableName, load_images
-    from gpcnn.engines import catalog
 
     if args.folder is not None:
         return _load_folder(args)
@@ -331,11 +331,9 @@ def cmd_load(args: argparse.Namespace) -> int:
         "test": TableName.parse(args.test_table or base.with_suffix("_test")),
     }
     db = connect_from(args)
-    if not args.replace:  # fail before loading either split, not between them
-        with db.connect() as conn:
-            for table in targets.values():
-                if catalog.relation_exists(conn, table.sql(db.backend)):
-                    raise ValueError(f"table {table} exists: pass --replace to reload it")
+    with db.connect() as conn:  # fail before loading either split, not between them
+        for table in targets.values():
+            check_target(conn, db.backend, table.qualified(db.backend), args.replace)
     data, source = load_by_name(args.dataset, args.path)
     for split, table in targets.items():
         x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")

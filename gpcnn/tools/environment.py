@@ -81,6 +81,12 @@ class EnvironmentReport:
                 f"autovacuum: {autovacuum}: the server reclaims pruned checkpoints and used "
                 f"transfers; gpcnn's tables take {megabytes:.1f} MB now"
             )
+        if f.get("jit_available"):
+            lines.append(
+                "jit:      available: gpcnn's functions refuse to start TensorFlow where it is on, "
+                "but a member who turns it on after them can crash the server; on a shared server "
+                "set jit_provider = 'none' (docs/guide/privileges.md, 'Threat model')"
+            )
         return lines
 
 

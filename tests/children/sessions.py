@@ -2,7 +2,8 @@
 way a fit can end; prints one JSON object of the counts (run by tests/test_sessions.py).
 
 Arguments: the database URL, gpcnn's schema, an image table of 2 segments of 8x8 images with 3
-classes."""
+classes, and a table like it whose rows one segment cannot decode (a fit on it fails inside the
+database)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from gpcnn.engines.sessions import POOL, SegmentSessions, application_name
 from gpcnn.kernel import segment
 
 keras = segment.keras_module(threads=1)
-url, schema, table = sys.argv[1:4]
+url, schema, table, broken = sys.argv[1:5]
 db = gpcnn.connect(url, schema=schema)
 parsed = db.url
 counter = psycopg2.connect(
@@ -59,14 +60,6 @@ def accounted() -> int:
     return len(POOL) + db.engine.pool.checkedin()
 
 
-@keras.saving.register_keras_serializable(package="gpcnn_sessions_test")
-class Doubler(keras.layers.Layer):
-    """Known to this client only: a model with it fails inside the database."""
-
-    def call(self, x):
-        return x * 2
-
-
 def model(*extra):
     keras.utils.set_random_seed(7)
     return keras.Sequential(
@@ -100,7 +93,7 @@ del est, again
 gc.collect()
 report["after_gc"] = {"backends": len(settled(accounted())), "accounted": accounted()}
 try:
-    estimator(model(Doubler())).fit(table)
+    estimator().fit(broken)
 except gpcnn.TrainingError as e:
     report["error"] = str(e)
 report["after_error"] = {
