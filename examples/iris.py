@@ -25,9 +25,11 @@ import gpcnn
 from gpcnn import GreenplumCNN
 from gpcnn.models import keras_module
 
-RAW = {"train": "iris_train_raw", "test": "iris_test_raw"}
-PACKED = {"train": "iris_train_packed", "test": "iris_test_packed"}
-PREDICTIONS = "iris_predict"
+# In schema public, named with it: SQL sent through gpcnn's connections finds no table by the
+# search path (docs/guide/privileges.md).
+RAW = {"train": "public.iris_train_raw", "test": "public.iris_test_raw"}
+PACKED = {"train": "public.iris_train_packed", "test": "public.iris_test_packed"}
+PREDICTIONS = "public.iris_predict"
 NORMALIZING_CONST = 10.0  # the attributes are 0.1..7.9 cm: /10 puts them in 0..1
 
 

@@ -435,7 +435,7 @@ def test_shape_2_vectors_move_into_chunked_checkpoints(db):
             ),
             {"s": schema},
         ).scalars()
-        assert set(columns) == {"run_id", "iteration", "metrics", "created_at"}
+        assert set(columns) == {"run_id", "iteration", "metrics", "created_at", "created_by"}
     assert chunks == 3 and iteration == 1
     np.testing.assert_array_equal(parts["weights"], weights)
     np.testing.assert_array_equal(parts["optimizer"], optimizer)

@@ -184,9 +184,12 @@ def test_install_on_shape_9_gives_every_row_an_owner_and_secures_the_tables(old_
             conn.exec_driver_sql(f"DROP POLICY IF EXISTS gpcnn_own_rows ON {s}.{table}")
             conn.exec_driver_sql(f"DROP POLICY IF EXISTS gpcnn_members_models ON {s}.{table}")
             conn.exec_driver_sql(f"ALTER TABLE {s}.{table} DROP COLUMN created_by")
-        conn.exec_driver_sql(
-            f"ALTER TABLE {s}.image_tables ADD PRIMARY KEY (table_schema, table_name)"
-        )
+        for table, key in (
+            ("image_tables", "table_schema, table_name"),
+            ("models", "name"),
+            ("model_weights", "name, chunk"),
+        ):
+            conn.exec_driver_sql(f"ALTER TABLE {s}.{table} ADD PRIMARY KEY ({key})")
         conn.exec_driver_sql(f"GRANT CREATE ON DATABASE {database} TO {role}")
         conn.exec_driver_sql(f"GRANT INSERT, UPDATE, DELETE ON {s}.schema_version TO {role}")
         conn.exec_driver_sql(f"UPDATE {s}.schema_version SET version = 9")

@@ -124,11 +124,12 @@ def test_string_labels_come_back_from_predict_and_into_a_table_by_name(db, tmp_p
 
 
 def test_pack_table_packs_feature_rows_and_refuses_a_bad_shape(db):
+    raw = f"{db.backend.default_schema}.inputs_raw"  # where gpcnn reads "inputs_raw" from
     with db.begin() as conn:
-        conn.exec_driver_sql("DROP TABLE IF EXISTS inputs_raw")
-        conn.exec_driver_sql("CREATE TABLE inputs_raw (id int, f real[], label int)")
+        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {raw}")
+        conn.exec_driver_sql(f"CREATE TABLE {raw} (id int, f real[], label int)")
         rows = [{"i": i, "f": [i / 10, 0.5, 0.25, 0, 1], "y": 3 + 4 * (i % 2)} for i in range(8)]
-        conn.execute(sa.text("INSERT INTO inputs_raw VALUES (:i, :f, :y)"), rows)
+        conn.execute(sa.text(f"INSERT INTO {raw} VALUES (:i, :f, :y)"), rows)
     info = gpcnn.pack_table(db, "inputs_raw", "inputs_packed", x_column="f", y_column="label",
                             id_column="id", shape=(5,), normalized=True, segments=2,
                             replace=True)  # fmt: skip

@@ -124,6 +124,8 @@ def test_a_member_of_the_user_role_loads_fits_evaluates_predicts_and_resumes(rol
     assert gpcnn.show_run(alice, first.run_id_)["status"] == "finished"
     gpcnn.load_images(alice, table, x[:60], y[:60], segments=2, replace=True, progress=False)
     assert gpcnn.drop_table(alice, table)
+    with estimator(alice) as from_arrays:  # staged in the staging schema install made
+        assert from_arrays.fit(x, y).predict(x).shape == (120,)
 
 
 def test_a_member_cannot_create_a_schema_and_is_told_who_can(roles, superuser):

@@ -1,5 +1,5 @@
 """Arrays given to ``GreenplumCNN.fit`` become a real image table (the K segment sessions must see
-it), owned by gpcnn in the schema ``<gpcnn schema>_staging`` and dropped when the estimator that
+it), owned by the user in the schema ``<gpcnn schema>_staging`` and dropped when the estimator that
 staged it is closed or garbage-collected; ``sweep`` (``gpcnn tables drop --staging``) removes any
 that a killed process left behind."""
 
@@ -13,12 +13,12 @@ import numpy as np
 from gpcnn.data.loading import load_images
 from gpcnn.data.table_catalog import drop_table, list_tables
 from gpcnn.engines import Database
-
-SCHEMA_SUFFIX = "_staging"
+from gpcnn.engines.roles import staging_schema
 
 
 def schema_of(db: Database) -> str:
-    return f"{db.schema}{SCHEMA_SUFFIX}"
+    """The staging schema of ``db``'s gpcnn schema (``install`` makes it, for its members)."""
+    return staging_schema(db.schema)
 
 
 def stage(

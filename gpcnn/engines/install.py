@@ -150,9 +150,10 @@ def _current(conn: sa.Connection, schema: str, count: int) -> bool:
 def uninstall(database: Database | str | None = None, *, keep_data: bool = False) -> None:
     """Remove gpcnn's functions and aggregates and, unless told to keep them, its tables.
 
-    Its tables are the runs, checkpoints, model library and the image-table catalog; image tables
-    themselves stay, in their own schemas. The schema goes too if empty, and then the role
-    ``<schema>_user`` unless it still has privileges elsewhere. Needs a superuser.
+    Its tables are the runs, checkpoints, model library and the image-table catalogs; image tables
+    themselves stay, in their own schemas. The schema goes too if empty (and the staging schema
+    ``<schema>_staging``, if empty), and then the role ``<schema>_user`` unless it still has
+    privileges elsewhere. Needs a superuser.
 
     Parameters
     ----------
@@ -169,6 +170,9 @@ def uninstall(database: Database | str | None = None, *, keep_data: bool = False
         if not keep_data:
             for statement in migrations.drop_ddl(backend):
                 conn.exec_driver_sql(statement)
+            staging = roles.staging_schema(db.schema)
+            if migrations.schema_exists(conn, staging) and migrations.schema_is_empty(conn, staging):
+                conn.exec_driver_sql(backend.drop_schema_ddl(staging))
             if migrations.schema_is_empty(conn, db.schema):
                 conn.exec_driver_sql(backend.drop_schema_ddl(db.schema))
                 roles.drop_role(conn, backend)

@@ -481,8 +481,9 @@ def _migrate_9_to_10(conn: sa.Connection, backend: Backend) -> None:
             ),
             {"t": qualified(backend, name)},
         ).scalar()
+        drop = "" if key is None else f"DROP CONSTRAINT {backend.quote(key)}, "
         conn.exec_driver_sql(
-            f"ALTER TABLE {qualified(backend, name)} DROP CONSTRAINT {backend.quote(key)}, "
+            f"ALTER TABLE {qualified(backend, name)} {drop}"
             f"ADD PRIMARY KEY ({columns}, {OWNER_COLUMN})"
         )
     for statement in drop_views_ddl(backend) + create_views_ddl(backend):
@@ -512,6 +513,13 @@ def _columns(conn: sa.Connection, backend: Backend, table: str) -> set[str]:
         {"s": backend.schema, "t": table},
     )
     return {r[0] for r in rows}
+
+
+def schema_exists(conn: sa.Connection, schema: str) -> bool:
+    found = conn.execute(
+        sa.text("SELECT 1 FROM pg_catalog.pg_namespace WHERE nspname = :s"), {"s": schema}
+    ).scalar()
+    return found is not None
 
 
 def schema_is_empty(conn: sa.Connection, schema: str) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from gpcnn.engines.base import Backend
-from gpcnn.engines.migrations import OWNED, OWNER_COLUMN, qualified
+from gpcnn.engines.migrations import OWNED, OWNER_COLUMN, qualified, schema_exists
 
 
 def role_name(schema: str) -> str:
@@ -52,14 +52,26 @@ def grant_ddl(backend: Backend, role: str, database: str) -> list[str]:
     ]
 
 
+def staging_schema(schema: str) -> str:
+    """Where arrays given to ``fit`` are staged as image tables (``data.staging``)."""
+    return f"{schema}_staging"
+
+
 def ensure_role(conn: sa.Connection, backend: Backend) -> str:
-    """Create the schema's user role if missing and grant it its privileges; returns its name."""
+    """Create the schema's user role if missing and grant it its privileges, and the staging
+    schema its members load arrays into; returns the role's name."""
     role = role_name(backend.schema)
     if not role_exists(conn, role):
         conn.exec_driver_sql(f"CREATE ROLE {backend.quote(role)} NOLOGIN")
     database = conn.execute(sa.select(sa.func.current_database())).scalar()
+    staging = staging_schema(backend.schema)
+    backend.ensure_schema(conn, staging)
     for statement in grant_ddl(backend, role, database):
         conn.exec_driver_sql(statement)
+    # the one schema members create tables in: staged arrays, each under a name of its own
+    conn.exec_driver_sql(
+        f"GRANT USAGE, CREATE ON SCHEMA {backend.quote(staging)} TO {backend.quote(role)}"
+    )
     secure_rows(conn, backend, role)
     return role
 
@@ -132,6 +144,11 @@ def drop_role(conn: sa.Connection, backend: Backend) -> bool:
             conn.exec_driver_sql(
                 f"REVOKE ALL ON DATABASE {backend.quote(database)} FROM {backend.quote(role)}"
             )
+            staging = staging_schema(backend.schema)
+            if schema_exists(conn, staging):
+                conn.exec_driver_sql(
+                    f"REVOKE ALL ON SCHEMA {backend.quote(staging)} FROM {backend.quote(role)}"
+                )
             conn.exec_driver_sql(f"DROP ROLE {backend.quote(role)}")
     except sa.exc.DBAPIError:
         return False
