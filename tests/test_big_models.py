@@ -393,7 +393,7 @@ def test_shape_2_vectors_move_into_chunked_checkpoints(db):
     weights = np.arange(2500, dtype="<f4")  # 10,000 bytes: three chunks of 4,096
     optimizer = np.arange(7, dtype="<f4")
     with db.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
         conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
         conn.exec_driver_sql(f"CREATE TABLE {schema}.schema_version (version integer NOT NULL)")
         conn.exec_driver_sql(f"INSERT INTO {schema}.schema_version VALUES (2)")
@@ -444,7 +444,7 @@ def test_shape_2_vectors_move_into_chunked_checkpoints(db):
     assert segments[0][1] is None
     np.testing.assert_array_equal(segments[1][1], optimizer)
     with db.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
     db.close()
 
 

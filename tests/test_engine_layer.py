@@ -125,11 +125,11 @@ def old_schema(db):
     name = "gpcnn_shape_test"
     shape_1 = gpcnn.connect(db.url, schema=name)
     with shape_1.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name}, {name}_staging CASCADE")
         conn.exec_driver_sql(f"CREATE SCHEMA {name}")
     yield shape_1
     with shape_1.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {name}, {name}_staging CASCADE")
     shape_1.close()
 
 

@@ -83,7 +83,7 @@ def test_another_installed_version_is_named_with_the_fix(db):
     install(other_version)  # upgrading over it works, in place
     assert ensure_installed(other_version)
     with other_version.begin() as conn:
-        conn.execute(sa.text(f"DROP SCHEMA {schema} CASCADE"))
+        conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE"))
     other_version.close()
 
 

@@ -118,7 +118,7 @@ def test_a_catalog_of_shape_7_gains_the_skew_of_tables_whose_counts_it_knows(db,
     schema = "gpcnn_skew_migration_test"
     old = gpcnn.connect(db.url.render_as_string(hide_password=False), schema=schema)
     with old.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
         Catalog(conn, old.backend).ensure_tables()
         conn.exec_driver_sql(
             f"ALTER TABLE {schema}.image_tables DROP COLUMN label_skew_max, "
@@ -146,7 +146,7 @@ def test_a_catalog_of_shape_7_gains_the_skew_of_tables_whose_counts_it_knows(db,
     )
     assert rows["unknown"].label_skew_max is None and rows["unknown"].shared_images == 0
     with old.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
 
 
 def test_measure_skew_counts_a_table_again_into_the_catalog(db, skewed):

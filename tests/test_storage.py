@@ -86,7 +86,7 @@ def test_deleting_a_run_gives_its_space_back_at_once(db):
     own_schema = gpcnn.connect(database_url(), schema=schema, chunk_bytes=CHUNK_BYTES)
     model = np.arange(100_000, dtype="<f4")  # 400 kB: 7 chunks, out of line
     with own_schema.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
         catalog = Catalog(conn, own_schema.backend)
         catalog.ensure_tables()
         kept, deleted = (catalog.create_run("t", {}, "{}") for _ in range(2))
@@ -98,7 +98,7 @@ def test_deleting_a_run_gives_its_space_back_at_once(db):
     assert full - on_disk(own_schema, ("checkpoints",)) >= 5 * model.nbytes * 0.9
     with own_schema.begin() as conn:
         assert Catalog(conn, own_schema.backend).checkpoint(kept, 5)["weights"].tolist() == model.tolist()
-        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
     own_schema.close()
 
 
@@ -162,7 +162,7 @@ def test_shape_5_transfers_gain_an_owner_and_ownerless_old_ones_are_swept(db):
     shape_5 = gpcnn.connect(database_url(), schema=schema)
     transfers = f"{schema}.transfers"
     with shape_5.begin() as conn:
-        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
         Catalog(conn, shape_5.backend).ensure_tables()
         conn.exec_driver_sql(f"ALTER TABLE {transfers} DROP COLUMN owner, DROP COLUMN created_at")
         conn.exec_driver_sql(f"UPDATE {schema}.schema_version SET version = 5")
@@ -182,5 +182,5 @@ def test_shape_5_transfers_gain_an_owner_and_ownerless_old_ones_are_swept(db):
         Catalog(conn, shape_5.backend).ensure_tables()
         left = conn.exec_driver_sql(f"SELECT transfer_id FROM {transfers}").scalars().all()
         assert left == [2]
-        conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
     shape_5.close()

@@ -78,11 +78,10 @@ def ensure_role(conn: sa.Connection, backend: Backend) -> str:
 
 OWN_ROWS = f"{OWNER_COLUMN} = CAST(CURRENT_USER AS text)"
 # A model stored by a role the reader is a member of (with its rights): a team's models, stored
-# after SET ROLE team, are every member's to load.
-MEMBERS_ROWS = (
-    "EXISTS (SELECT 1 FROM pg_catalog.pg_roles o WHERE o.rolname = "
-    f"{OWNER_COLUMN} AND pg_catalog.pg_has_role(o.oid, 'USAGE'))"
-)
+# after SET ROLE team, are every member's to load. Functions only, no catalog table: on Greenplum a
+# policy that reads pg_roles runs on the coordinator as a segment of its own; a dropped owner's
+# rows are nobody's (to_regrole: NULL).
+MEMBERS_ROWS = f"pg_catalog.pg_has_role(pg_catalog.to_regrole({OWNER_COLUMN}), 'USAGE')"
 SHARED = ("models", "model_weights")
 
 

@@ -50,10 +50,11 @@ def _typed(source: str, columns) -> str:
 
 # A view reads its tables with its owner's rights, which row-level security does not restrict:
 # each view keeps the reader's own rows itself (all rows for a superuser), as a security barrier
-# (no function of the reader's sees a row before this filter).
+# (no function of the reader's sees a row before this filter). No catalog table in the filter: on
+# Greenplum that would run on the coordinator as a segment, a connection of its own.
 READERS_ROWS = (
-    "created_by = CAST(CURRENT_USER AS text) OR EXISTS (SELECT 1 FROM pg_catalog.pg_roles r "
-    "WHERE r.rolname = CURRENT_USER AND r.rolsuper)"
+    "created_by = CAST(CURRENT_USER AS text) "
+    "OR pg_catalog.current_setting('is_superuser') = 'on'"
 )
 
 
