@@ -2,7 +2,9 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint docs docs-check db-start db-stop clean-db
+SOURCES := gpcnn tests examples bench scripts study docs
+
+.PHONY: setup demo test test-fast lint docs docs-check db-start db-stop
 
 setup:
 	@bash scripts/setup.sh
@@ -13,8 +15,13 @@ demo: setup
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# The tests that need no database server: about a minute.
+test-fast: setup
+	$(PY) -m pytest -q -m "not db" $(PYTEST_ARGS)
+
 lint: setup
-	$(VENV)/bin/ruff check gpcnn tests examples bench scripts study docs
+	$(VENV)/bin/ruff check $(SOURCES)
+	$(VENV)/bin/ruff format --check $(SOURCES)
 
 db-start: setup
 	$(VENV)/bin/gpcnn db start

@@ -84,20 +84,42 @@ def main(argv: Sequence[str] | None = None) -> float:
     print(f"gpcnn {gpcnn.install(db)} installed")
     write_raw_tables(db)
     train = gpcnn.pack_table(
-        db, RAW["train"], PACKED["train"], x_column="attributes", y_column="class_text",
-        id_column="id", shape=(4,), normalized=True, segments=args.segments, replace=True,
-    )  # fmt: skip
+        db,
+        RAW["train"],
+        PACKED["train"],
+        x_column="attributes",
+        y_column="class_text",
+        id_column="id",
+        shape=(4,),
+        normalized=True,
+        segments=args.segments,
+        replace=True,
+    )
     gpcnn.pack_table(
-        db, RAW["test"], PACKED["test"], x_column="attributes", y_column="class_text",
-        id_column="id", shape=(4,), normalized=True, segments=args.segments, replace=True,
+        db,
+        RAW["test"],
+        PACKED["test"],
+        x_column="attributes",
+        y_column="class_text",
+        id_column="id",
+        shape=(4,),
+        normalized=True,
+        segments=args.segments,
+        replace=True,
         class_values=train.class_names,  # the training table's classes, in its order
-    )  # fmt: skip
+    )
     print(f"packed {train.images} flowers of {train.num_classes} species: {train.class_names}")
 
     estimator = GreenplumCNN(
-        mlp(), optimizer="adam", learning_rate=0.02, batch_size=8, iterations=args.iterations,
-        seed=0, verbose=0, database=db,
-    )  # fmt: skip
+        mlp(),
+        optimizer="adam",
+        learning_rate=0.02,
+        batch_size=8,
+        iterations=args.iterations,
+        seed=0,
+        verbose=0,
+        database=db,
+    )
     with estimator:
         estimator.fit(PACKED["train"])
         accuracy = estimator.score(PACKED["test"])

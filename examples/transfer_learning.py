@@ -96,9 +96,14 @@ def main() -> None:
         gpcnn.load_images(db, table, x, y, segments=args.segments, class_names=names, replace=True)
 
     estimator = GreenplumCNN(
-        NAME, optimizer="adam", learning_rate=0.001, iterations=args.iterations,
-        validation_table="fm_new_test", seed=0, database=db,
-    )  # fmt: skip
+        NAME,
+        optimizer="adam",
+        learning_rate=0.001,
+        iterations=args.iterations,
+        validation_table="fm_new_test",
+        seed=0,
+        database=db,
+    )
     with estimator:
         estimator.fit("fm_new_train")
     for row in estimator.history_:
@@ -114,8 +119,9 @@ def main() -> None:
     )
     print(f"frozen base unchanged: {frozen}")
 
-    out = gpcnn.predict(db, estimator.model_, "fm_new_test", output_table="fm_new_predicted",
-                        replace=True)  # fmt: skip
+    out = gpcnn.predict(
+        db, estimator.model_, "fm_new_test", output_table="fm_new_predicted", replace=True
+    )
     with db.connect() as conn:
         counts = conn.execute(
             sa.text(f"SELECT class_name, count(*) FROM {out} GROUP BY 1 ORDER BY 1")

@@ -71,11 +71,21 @@ def points(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("parts", nargs="+", type=Path, help="parts whose runs have diagnostics")
-    parser.add_argument("--finals", nargs="+", type=Path, required=True,
-                        help="parts holding the full runs that short reruns repeat")  # fmt: skip
+    parser.add_argument(
+        "--finals",
+        nargs="+",
+        type=Path,
+        required=True,
+        help="parts holding the full runs that short reruns repeat",
+    )
     parser.add_argument("--epochs", type=float, default=3.0, help="the early epochs (default 3)")
-    parser.add_argument("--score", nargs="+", type=Path, default=[],
-                        help="parts to score gpcnn's line on, out of sample")  # fmt: skip
+    parser.add_argument(
+        "--score",
+        nargs="+",
+        type=Path,
+        default=[],
+        help="parts to score gpcnn's line on, out of sample",
+    )
     parser.add_argument("--plot", type=Path, help="a PNG of the points and the line")
     args = parser.parse_args()
     found = points(args.parts, args.finals, args.epochs)
@@ -120,8 +130,9 @@ def plot(found: list, scored: list, out: Path) -> None:
         ("label-skewed, out of sample", [p for p in scored if p[0]], "+"),
     ):
         if chosen:
-            ax.scatter([p[1] for p in chosen], [p[2] for p in chosen], marker=style, label=label,
-                       zorder=3)  # fmt: skip
+            ax.scatter(
+                [p[1] for p in chosen], [p[2] for p in chosen], marker=style, label=label, zorder=3
+            )
     ax.set_xlabel("mean drift ratio of epochs 1-3")
     ax.set_ylabel("gap to one worker at epoch 15 (points)")
     ax.legend(fontsize=8)

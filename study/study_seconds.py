@@ -109,8 +109,10 @@ def _timed_settings(args) -> list[tuple[str, object]]:
     """(name, seconds of one timed fit) for every setting, in the order of each round."""
     if args.part_h is None:
         specs = part_settings(args.parts, args.settings.split(",") if args.settings else None)
-        return [(s.setting, lambda db, cache, s=s: epoch_seconds(db, s, args.epochs, cache))
-                for s in specs]  # fmt: skip
+        return [
+            (s.setting, lambda db, cache, s=s: epoch_seconds(db, s, args.epochs, cache))
+            for s in specs
+        ]
     methods = part_h_settings(args.part_h)
     hopped = methods.pop(hopping.HOPPER)
     timed = [(hopping.HOPPER, lambda db, cache: hopper_epoch_seconds(db, hopped, args.epochs))]

@@ -20,7 +20,17 @@ PACKAGE = ROOT / "gpcnn"
 
 # Bottom to top. ``version`` and ``deprecation`` are modules every layer may read; ``gpcnn`` and its
 # public modules (``gpcnn.datasets``, ``gpcnn.models``) are the facade users import.
-LAYERS = ("version", "deprecation", "kernel", "engines", "data", "fit", "estimator", "study", "tools")
+LAYERS = (
+    "version",
+    "deprecation",
+    "kernel",
+    "engines",
+    "data",
+    "fit",
+    "estimator",
+    "study",
+    "tools",
+)
 FACADE = {"gpcnn", "gpcnn.datasets", "gpcnn.models"}
 DRIVER = {"sqlalchemy", "psycopg2"}
 # plpy: PL/Python's own module, there in every server process that runs the kernel

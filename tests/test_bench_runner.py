@@ -50,18 +50,28 @@ def example_metadata() -> dict:
         "commit": "0123456789abcdef0123456789abcdef01234567",
         "dirty": False,
         "machine": metadata.machine(CPUINFO, MEMINFO),
-        "versions": {"python": "3.11.2", "tensorflow": "2.21.0", "keras": "3.15.1",
-                     "numpy": "2.4.6", "postgresql": "15.20"},
+        "versions": {
+            "python": "3.11.2",
+            "tensorflow": "2.21.0",
+            "keras": "3.15.1",
+            "numpy": "2.4.6",
+            "postgresql": "15.20",
+        },
         "load_average": [1.5, 1.2, 1.0],
-    }  # fmt: skip
+    }
 
 
 def example_result() -> dict:
-    times = {"batch 32, metrics none": {
-        epoch.FIT2: [10.0, 12.0, 11.0], epoch.FIT1: [16.0, 16.0, 16.0],
-        epoch.HALVES: [9.0, 9.0, 9.0], "train_on_batch loop 2 threads": [10.0, 10.0, 10.0],
-        epoch.K1: [10.5, 11.0, 12.0], epoch.K2: [9.5, 9.6, 9.7],
-    }}  # fmt: skip
+    times = {
+        "batch 32, metrics none": {
+            epoch.FIT2: [10.0, 12.0, 11.0],
+            epoch.FIT1: [16.0, 16.0, 16.0],
+            epoch.HALVES: [9.0, 9.0, 9.0],
+            "train_on_batch loop 2 threads": [10.0, 10.0, 10.0],
+            epoch.K1: [10.5, 11.0, 12.0],
+            epoch.K2: [9.5, 9.6, 9.7],
+        }
+    }
     return runner.result(
         example_benchmark(),
         {"rounds": 3, "batches": [32]},
@@ -153,11 +163,21 @@ def test_the_epoch_targets_are_ratios_of_the_medians_within_the_run():
 
 def test_the_diagnostics_target_is_the_median_of_each_rounds_share_of_the_fixed_cost():
     outcome = diagnostics.outcome(
-        {1.0: {"fixed": [0.05, 0.1, 0.2], "passes": [0.002, 0.001, 0.002],
-               "floor": [0.001, 0.001, 0.001], "share": [0.04, 0.01, 0.01]},
-         25.0: {"fixed": [1.0, 1.0, 1.0], "passes": [0.1, 0.1, 0.1], "floor": [0.04, 0.05, 0.05],
-                "share": [0.1, 0.1, 0.1]}}
-    )  # fmt: skip
+        {
+            1.0: {
+                "fixed": [0.05, 0.1, 0.2],
+                "passes": [0.002, 0.001, 0.002],
+                "floor": [0.001, 0.001, 0.001],
+                "share": [0.04, 0.01, 0.01],
+            },
+            25.0: {
+                "fixed": [1.0, 1.0, 1.0],
+                "passes": [0.1, 0.1, 0.1],
+                "floor": [0.04, 0.05, 0.05],
+                "share": [0.1, 0.1, 0.1],
+            },
+        }
+    )
     small, big = outcome.targets
     assert (small.value, small.met) == ("1.0 %", True)
     assert (big.value, big.met) == ("10.0 %", False)
@@ -167,10 +187,13 @@ def test_the_diagnostics_target_is_the_median_of_each_rounds_share_of_the_fixed_
 
 def test_the_loading_targets_hold_each_load_to_100_mbs_and_half_the_raw_copy():
     outcome = loading.outcome(
-        {"raw": [0.4, 0.5, 0.6], "`gpcnn.load_images`, K = 2": [0.9, 1.0, 1.1],
-         "`gpcnn.pack_table`, K = 2": [2.0, 2.0, 2.0]},
+        {
+            "raw": [0.4, 0.5, 0.6],
+            "`gpcnn.load_images`, K = 2": [0.9, 1.0, 1.1],
+            "`gpcnn.pack_table`, K = 2": [2.0, 2.0, 2.0],
+        },
         100.0,
-    )  # fmt: skip
+    )
     load, pack = outcome.targets
     assert (load.value, load.met) == ("100 MB/s, 0.50×", True)
     assert pack.met is None  # no target: reported only
@@ -183,16 +206,21 @@ def test_the_layouts_result_gives_each_copy_and_pack_its_rows_moved_and_plan_mot
         "        ->  HashAggregate  (cost=0.00..1.00 rows=1 width=8)"
     )
     outcome = layouts.outcome(
-        {"kept copy": [1.0, 2.0, 3.0], "pack": [4.0, 4.0, 5.0]}, {"kept copy": 0, "pack": 500},
-        1000, 2000.0, {"iid": plan, "by_site": "Insert on t"},
+        {"kept copy": [1.0, 2.0, 3.0], "pack": [4.0, 4.0, 5.0]},
+        {"kept copy": 0, "pack": 500},
+        1000,
+        2000.0,
+        {"iid": plan, "by_site": "Insert on t"},
         {"iid": (0.01, 0.005), "by_site": (0.5, 0.4)},
-    )  # fmt: skip
+    )
     seconds, plans = outcome.tables
     assert seconds.rows[1] == ["pack", 4.0, "4.00, 4.00, 5.00", "2.00", 500, "50.0%", 1.0]
     assert plans.rows == [
-        ["iid", "0.01 / 0.01", "Redistribute Motion 2:2"], ["by_site", "0.50 / 0.40", "none"],
-    ]  # fmt: skip
+        ["iid", "0.01 / 0.01", "Redistribute Motion 2:2"],
+        ["by_site", "0.50 / 0.40", "none"],
+    ]
     assert layouts.run(Context({"rounds": 1, "seed": 0})).skipped.startswith("it needs")
+
 
 def test_the_report_has_one_section_per_result_with_its_targets_table_and_machine():
     text = report.render({"epoch": example_result()})
@@ -208,9 +236,12 @@ def test_the_report_has_one_section_per_result_with_its_targets_table_and_machin
 
 def test_a_skipped_benchmark_says_why_and_how_to_run_it():
     content = runner.result(
-        greenplum.BENCHMARK, {"sizes": [1], "rounds": 1}, greenplum.run(Context({"sizes": [1], "rounds": 1})),
-        example_metadata(), "bench/run.py greenplum",
-    )  # fmt: skip
+        greenplum.BENCHMARK,
+        {"sizes": [1], "rounds": 1},
+        greenplum.run(Context({"sizes": [1], "rounds": 1})),
+        example_metadata(),
+        "bench/run.py greenplum",
+    )
     text = report.render({"greenplum": content})
     assert "**Not run**: it needs a Greenplum cluster" in text
     assert "bench/run.py greenplum --greenplum postgresql://" in text

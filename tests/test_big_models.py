@@ -117,8 +117,16 @@ def test_one_statement_merges_in_the_client_or_in_the_database_to_the_same_bits(
     name = f"{DATA_SCHEMA}.wide_statement"
     rng = np.random.default_rng(9)
     images = rng.integers(0, 250, (40, 8, 8), dtype=np.uint8)
-    load_images(db, name, images, rng.integers(0, 3, 40), segments=2, buffer_size=10,
-                replace=True, progress=False)  # fmt: skip
+    load_images(
+        db,
+        name,
+        images,
+        rng.integers(0, 3, 40),
+        segments=2,
+        buffer_size=10,
+        replace=True,
+        progress=False,
+    )
     model = wide_model()
     assert not db.backend.merges_in_database(2, sum(wire.sizes(wire.manifest(model))))
     fits = {}

@@ -65,9 +65,13 @@ def with_layer(entry: dict) -> dict:
 def layer(class_name: str, config: dict, args: list, module: str | None = "keras.layers") -> dict:
     """A functional layer entry named 'evil', called once with ``args``."""
     return {
-        "module": module, "class_name": class_name, "config": {"name": "evil", **config},
-        "registered_name": None, "name": "evil", "inbound_nodes": [{"args": args, "kwargs": {}}],
-    }  # fmt: skip
+        "module": module,
+        "class_name": class_name,
+        "config": {"name": "evil", **config},
+        "registered_name": None,
+        "name": "evil",
+        "inbound_nodes": [{"args": args, "kwargs": {}}],
+    }
 
 
 def gallery_lambda(target) -> dict:
@@ -96,9 +100,10 @@ def with_optimizer(**fields) -> dict:
 def test_an_exported_function_as_a_layer_with_constant_node_arguments_writes_no_file(tmp_path):
     target = tmp_path / "x.png"
     gadget = {
-        **exported("keras.utils", "save_img", "function"), "name": "evil",
+        **exported("keras.utils", "save_img", "function"),
+        "name": "evil",
         "inbound_nodes": [{"args": [str(target), IMAGES], "kwargs": {}}],
-    }  # fmt: skip
+    }
     with pytest.raises(ConfigError, match=r"layer 'evil' \(function\): function keras.utils"):
         keras_setup.rebuilt(json.dumps(with_layer(gadget)))
     assert not target.exists()
@@ -319,10 +324,13 @@ def test_an_optimizer_that_is_not_keras_is_refused_on_the_client_and_in_the_serv
         {"module": "os", "class_name": "ExponentialDecay", "config": {}},
         {"module": "keras.utils", "class_name": "ExponentialDecay", "config": {}},
         {"module": "keras.optimizers.schedules", "class_name": "Popen", "config": {}},
-        {"module": "keras.optimizers.schedules", "class_name": "ExponentialDecay",
-         "config": {"decay_steps": exported("keras.config", "set_floatx")}},
+        {
+            "module": "keras.optimizers.schedules",
+            "class_name": "ExponentialDecay",
+            "config": {"decay_steps": exported("keras.config", "set_floatx")},
+        },
     ],
-)  # fmt: skip
+)
 def test_a_learning_rate_schedule_from_outside_keras_is_refused(schedule):
     with pytest.raises(ConfigError, match=r"optimizer: .*not"):
         check_optimizer(with_optimizer(config={"learning_rate": schedule}))
@@ -370,9 +378,13 @@ def functional_cnn():
     inputs = keras.Input((8, 8, 1))
     x = layers.Rescaling(1 / 255)(inputs)
     x = layers.Conv2D(
-        4, 3, padding="same", activation="gelu", kernel_constraint=keras.constraints.MaxNorm(2),
+        4,
+        3,
+        padding="same",
+        activation="gelu",
+        kernel_constraint=keras.constraints.MaxNorm(2),
         kernel_regularizer=keras.regularizers.L2(1e-3),
-    )(x)  # fmt: skip
+    )(x)
     x = layers.Add()([layers.BatchNormalization()(x), layers.GroupNormalization(2)(x)])
     x = layers.SeparableConv2D(4, 3, padding="same")(layers.LayerNormalization()(x))
     x = layers.Dropout(0.25)(x, training=True)
@@ -427,9 +439,16 @@ def test_the_models_gpcnn_builds_pass_and_rebuild_unchanged(build):
 
 
 LAYER_ARGUMENTS = (
-    {}, {"units": 2}, {"filters": 2, "kernel_size": 3}, {"kernel_size": 3}, {"pool_size": 2},
-    {"activation": "relu"}, {"rate": 0.1}, {"layer": layers.Dense(2)}, {"cell": layers.GRUCell(2)},
-)  # fmt: skip
+    {},
+    {"units": 2},
+    {"filters": 2, "kernel_size": 3},
+    {"kernel_size": 3},
+    {"pool_size": 2},
+    {"activation": "relu"},
+    {"rate": 0.1},
+    {"layer": layers.Dense(2)},
+    {"cell": layers.GRUCell(2)},
+)
 
 
 def built(layer_class: type):

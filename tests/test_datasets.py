@@ -174,9 +174,17 @@ def test_one_missing_file_is_named(tmp_path):
 # --- CIFAR-10 -------------------------------------------------------------------------------
 
 CIFAR_NAMES = [
-    b"airplane", b"automobile", b"bird", b"cat", b"deer",
-    b"dog", b"frog", b"horse", b"ship", b"truck",
-]  # fmt: skip
+    b"airplane",
+    b"automobile",
+    b"bird",
+    b"cat",
+    b"deer",
+    b"dog",
+    b"frog",
+    b"horse",
+    b"ship",
+    b"truck",
+]
 CIFAR_BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
 

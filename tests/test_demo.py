@@ -14,12 +14,25 @@ def test_the_demo_installs_reports_the_environment_and_writes_its_study(
     if db.dispatch:
         pytest.skip("the demo's preset is the same in both dispatch modes")
     url = db.url.render_as_string(hide_password=False)
-    argv = ["demo", "--dataset", "mnist-sample", "--iterations", "1", "--out", str(tmp_path),
-            "--database", url, "--schema", schema]  # fmt: skip
+    argv = [
+        "demo",
+        "--dataset",
+        "mnist-sample",
+        "--iterations",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--database",
+        url,
+        "--schema",
+        schema,
+    ]
     assert cli.main(argv) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("engine:") and "convergence study: 4 runs" in printed
     runs = {row["run"] for row in report.read_csv(tmp_path / "history.csv")}
-    assert runs == {f"mnist-sample-{rule}-k{k}-m1" for rule, k in
-                    [("single", 1), ("none", 4), ("average", 4), ("bmuf", 4)]}  # fmt: skip
+    assert runs == {
+        f"mnist-sample-{rule}-k{k}-m1"
+        for rule, k in [("single", 1), ("none", 4), ("average", 4), ("bmuf", 4)]
+    }
     assert sorted(p.name for p in tmp_path.glob("*.png")) and (tmp_path / "report.md").exists()

@@ -30,9 +30,15 @@ TIGHT = 1e-12  # float64 sums added in another order
 
 def estimator(db, schema, model, **params):
     defaults = dict(
-        optimizer="sgd", learning_rate=0.05, batch_size=16, iterations=1, seed=11,
-        database=db, threads_per_segment=1, verbose=0,
-    )  # fmt: skip
+        optimizer="sgd",
+        learning_rate=0.05,
+        batch_size=16,
+        iterations=1,
+        seed=11,
+        database=db,
+        threads_per_segment=1,
+        verbose=0,
+    )
     return GreenplumCNN(model, **{**defaults, **params})
 
 
@@ -87,7 +93,9 @@ def test_each_merge_paths_diagnostics_equal_the_reference_from_the_segments_vect
     merged, direct = fits["average"].history_[0], fits["none"].history_[0]
     counts = {s["key"]: s["images"] for s in direct["per_segment"]}
     ref = reference(start, models, counts)
-    np.testing.assert_array_equal(wire.flatten(fits["average"].model_.get_weights()), ref["average"])
+    np.testing.assert_array_equal(
+        wire.flatten(fits["average"].model_.get_weights()), ref["average"]
+    )
     assert [s["key"] for s in merged["per_segment"]] == [s["key"] for s in direct["per_segment"]]
     assert [s["shard"] for s in direct["per_segment"]] == list(range(k))
     for a, b in zip(merged["per_segment"], direct["per_segment"], strict=True):
@@ -234,16 +242,24 @@ def test_the_diagnostics_figure_plots_the_drift_ratio_and_each_segments_loss():
     from gpcnn.study.plots import diagnostics_figure
 
     def row(epoch, ratio):
-        segments = [{"key": k, "shard": k, "images": 10, "loss": epoch + k, "step": 0.1}
-                    for k in (0, 1)]  # fmt: skip
-        return {"iteration": epoch, "epoch": float(epoch), "drift_ratio": ratio,
-                "per_segment": segments}  # fmt: skip
+        segments = [
+            {"key": k, "shard": k, "images": 10, "loss": epoch + k, "step": 0.1} for k in (0, 1)
+        ]
+        return {
+            "iteration": epoch,
+            "epoch": float(epoch),
+            "drift_ratio": ratio,
+            "per_segment": segments,
+        }
 
     nested = [row(1, 0.5), row(2, 0.25)]
     fig = diagnostics_figure({"a": [nested], "b": [[flat_row(r) for r in nested]]})
     drift, losses = fig.axes
     assert [list(line.get_ydata()) for line in drift.lines] == [[0.5, 0.25], [0.5, 0.25]]
     assert sorted(line.get_gid() for line in losses.lines) == [
-        "a/loss_segment_0", "a/loss_segment_1", "b/loss_segment_0", "b/loss_segment_1",
-    ]  # fmt: skip
+        "a/loss_segment_0",
+        "a/loss_segment_1",
+        "b/loss_segment_0",
+        "b/loss_segment_1",
+    ]
     assert list(losses.lines[1].get_ydata()) == [2.0, 3.0]

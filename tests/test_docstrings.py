@@ -58,8 +58,11 @@ def public_names() -> list[str]:
 
 @pytest.mark.parametrize("name", public_names())
 def test_every_public_name_has_a_numpydoc_docstring(name):
-    errors = [f"{code} ({CHECKS[code]}): {text}" for code, text in validate(name)["errors"]
-              if code in CHECKS]  # fmt: skip
+    errors = [
+        f"{code} ({CHECKS[code]}): {text}"
+        for code, text in validate(name)["errors"]
+        if code in CHECKS
+    ]
     assert not errors, f"{name}:\n" + "\n".join(errors)
 
 

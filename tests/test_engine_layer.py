@@ -244,9 +244,7 @@ def test_a_newer_shape_is_refused_with_what_to_do(old_schema):
 def test_run_status_follows_the_fit(db, table):
     est = fitted(db, table, iterations=2)
     assert runs.load_run(db, est.run_id_).status == "finished"
-    diverged = GreenplumCNN(
-        tiny_model(), database=db, iterations=3, learning_rate=1e38, verbose=0
-    )
+    diverged = GreenplumCNN(tiny_model(), database=db, iterations=3, learning_rate=1e38, verbose=0)
     with pytest.raises(gpcnn.TrainingError, match="diverged"), diverged:
         diverged.fit(str(table.table))
     (row,) = gpcnn.list_runs(db, [diverged.run_id_])

@@ -71,17 +71,34 @@ def paired(native_db):
 @pytest.fixture(scope="module")
 def table(native_db):
     x, y = learnable_images(150)
-    info = load_images(native_db, f"{DATA_SCHEMA}.train", x, y, segments=K, buffer_size=20,
-                       replace=True, progress=False)  # fmt: skip
+    info = load_images(
+        native_db,
+        f"{DATA_SCHEMA}.train",
+        x,
+        y,
+        segments=K,
+        buffer_size=20,
+        replace=True,
+        progress=False,
+    )
     return str(info.table)
 
 
 def fit(db, table: str, **params) -> GreenplumCNN:
     est = GreenplumCNN(
-        tiny_cnn(batchnorm_dropout=True), optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-        learning_rate=None, batch_size=16, shuffle=True, iterations=2, seed=11, database=db,
-        validation_table=table, threads_per_segment=1, verbose=0, **params,
-    )  # fmt: skip
+        tiny_cnn(batchnorm_dropout=True),
+        optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+        learning_rate=None,
+        batch_size=16,
+        shuffle=True,
+        iterations=2,
+        seed=11,
+        database=db,
+        validation_table=table,
+        threads_per_segment=1,
+        verbose=0,
+        **params,
+    )
     with est:
         est.fit(table)
     return est

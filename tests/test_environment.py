@@ -136,20 +136,28 @@ def test_the_greenplum_report_says_what_its_settings_mean():
     """Facts as a live 2-primary cluster returned them (docs/greenplum.md)."""
     probe = dict(python="3.11.2", tensorflow="2.21.0", keras="3.15.1", numpy="2", cpu_count=2)
     report = EnvironmentReport(
-        "greenplum", "statement", "PostgreSQL 12 (Greenplum Database 7.0.0 build dev)", 2, "0.2.0",
+        "greenplum",
+        "statement",
+        "PostgreSQL 12 (Greenplum Database 7.0.0 build dev)",
+        2,
+        "0.2.0",
         [{"segment": 0, **probe, "tf_threads": None}, {"segment": 1, **probe, "tf_threads": None}],
         schema="gpcnn",
         facts={
             "settings": {"autovacuum": "off", "gp_resource_manager": "queue"},
             "table_bytes": {"checkpoints": 8_300_000_000, "transfers": 5_800_000_000},
-            "primaries": 2, "hosts": 1, "mirrors": 0, "vmem_protect_limit_mb": {0: 8192, 1: 8192},
+            "primaries": 2,
+            "hosts": 1,
+            "mirrors": 0,
+            "vmem_protect_limit_mb": {0: 8192, 1: 8192},
             "resource": {"rsqname": "pg_default", "rsqcountlimit": 20, "rsqmemorylimit": -1},
             "superuser": True,
             "mirroring": mirror_states(
-                [(c, "gp", 7000 + 2 * (c + 1), True, None, None, None, None) for c in (-1, 0, 1)], {}
+                [(c, "gp", 7000 + 2 * (c + 1), True, None, None, None, None) for c in (-1, 0, 1)],
+                {},
             ),
         },
-    )  # fmt: skip
+    )
     lines = str(report).splitlines()[-7:]
     assert lines == [
         "cluster:  2 primaries on 1 host(s), 0 mirrors; TensorFlow imported on 2 of 2 primaries",
@@ -183,9 +191,14 @@ AFTER_A_FAILOVER = (
 def test_the_mirrors_are_read_per_content_from_greenplums_catalog_rows():
     coordinator, healthy, failed_over = mirror_states(*AFTER_A_FAILOVER)
     assert coordinator == dict(
-        content=-1, primary="vm:7200", placed=True, mirror=None, mirror_up=None, in_sync=None,
+        content=-1,
+        primary="vm:7200",
+        placed=True,
+        mirror=None,
+        mirror_up=None,
+        in_sync=None,
         replication=None,
-    )  # fmt: skip
+    )
     assert healthy["mirror"] == "vm:7212" and healthy["mirror_up"] and healthy["in_sync"]
     assert healthy["replication"] == dict(
         state="streaming", sync_state="sync", sync_error="none", lag_bytes=3560

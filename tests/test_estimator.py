@@ -34,15 +34,21 @@ def data():
 @pytest.fixture(scope="module")
 def table(db, data):
     x, y = data
-    load_images(db, f"{DATA}.train", x, y, segments=2, buffer_size=20, replace=True,
-                progress=False)  # fmt: skip
+    load_images(db, f"{DATA}.train", x, y, segments=2, buffer_size=20, replace=True, progress=False)
     load_images(db, f"{DATA}.test", x[:40], y[:40], segments=2, replace=True, progress=False)
     return f"{DATA}.train"
 
 
 def make(db, **params):
-    defaults = dict(learning_rate=0.05, batch_size=16, iterations=2, seed=11, database=db,
-                    threads_per_segment=1, verbose=0)  # fmt: skip
+    defaults = dict(
+        learning_rate=0.05,
+        batch_size=16,
+        iterations=2,
+        seed=11,
+        database=db,
+        threads_per_segment=1,
+        verbose=0,
+    )
     return GreenplumCNN(tiny_cnn(), **{**defaults, **params})
 
 
@@ -95,8 +101,9 @@ def test_learning_rate_scheduler_sets_the_rate_the_segments_use(db, table):
 
 
 def test_reduce_lr_on_plateau_lowers_the_rate_for_the_next_iterations(db, table):
-    plateau = keras.callbacks.ReduceLROnPlateau(monitor="loss", factor=0.5, patience=0,
-                                                min_delta=10.0, verbose=0)  # fmt: skip
+    plateau = keras.callbacks.ReduceLROnPlateau(
+        monitor="loss", factor=0.5, patience=0, min_delta=10.0, verbose=0
+    )
     est = make(db, iterations=3).fit(table, callbacks=[plateau])
     rate = float(keras.ops.convert_to_numpy(est.model_.optimizer.learning_rate))
     assert rate == pytest.approx(0.05 * 0.5**2)  # reduced after iterations 2 and 3's start
@@ -127,16 +134,13 @@ def test_validation_freq_and_validation_data_in_fit(db, table, data):
     est = make(db, iterations=4, validation_table=f"{DATA}.test", validation_freq=2)
     est.fit(table)
     assert ["val_loss" in r for r in est.history_] == [False, True, False, True]
-    est = make(db, iterations=2, validation_freq=[1]).fit(
-        table, validation_data=(x[:30], y[:30])
-    )
+    est = make(db, iterations=2, validation_freq=[1]).fit(table, validation_data=(x[:30], y[:30]))
     assert ["val_accuracy" in r for r in est.history_] == [True, False]
     with pytest.raises(ValueError, match="validation_freq must be"):
         make(db, validation_freq=0).fit(table)
 
 
-def test_verbose_2_prints_a_line_per_iteration_and_logging_records_each(db, table, capsys,
-                                                                        caplog):  # fmt: skip
+def test_verbose_2_prints_a_line_per_iteration_and_logging_records_each(db, table, capsys, caplog):
     with caplog.at_level(logging.INFO, logger="gpcnn"):
         make(db, iterations=2, verbose=2).fit(table)
     out = capsys.readouterr().out
@@ -176,9 +180,7 @@ def test_the_scikit_learn_contract(db, table, data):
 
 
 def _staged(db) -> list[str]:
-    return [
-        str(t.table) for t in list_tables(db) if t.table.schema == staging.schema_of(db)
-    ]
+    return [str(t.table) for t in list_tables(db) if t.table.schema == staging.schema_of(db)]
 
 
 def test_arrays_are_staged_for_the_fit_and_dropped_with_the_estimator(db, data):

@@ -69,9 +69,16 @@ def test_a_fit_logs_the_forecast_of_its_history_and_runs_show_prints_it(db, capl
     table = "gpcnn_forecast_test.train"
     gpcnn.load_images(db, table, x, y, segments=3, buffer_size=20, replace=True, progress=False)
     est = gpcnn.GreenplumCNN(
-        tiny_cnn(), optimizer="sgd", learning_rate=0.05, batch_size=16, iterations=4, seed=3,
-        database=db, threads_per_segment=1, verbose=0,
-    )  # fmt: skip
+        tiny_cnn(),
+        optimizer="sgd",
+        learning_rate=0.05,
+        batch_size=16,
+        iterations=4,
+        seed=3,
+        database=db,
+        threads_per_segment=1,
+        verbose=0,
+    )
     with caplog.at_level(logging.INFO, logger="gpcnn"):
         est.fit(table)
     found = gpcnn.forecast_gap(est.history_)

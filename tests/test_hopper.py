@@ -40,9 +40,15 @@ def tables(db, schema):
     images, labels = learnable_images(150)
     for name, segments in ((TRAIN, 2), (WIDE, 3)):
         load_images(
-            db, name, images, labels, segments=segments, buffer_size=20, replace=True,
+            db,
+            name,
+            images,
+            labels,
+            segments=segments,
+            buffer_size=20,
+            replace=True,
             progress=False,
-        )  # fmt: skip
+        )
     load_images(db, VALID, images[:60], labels[:60], segments=2, replace=True, progress=False)
     return {"train": describe(db, TRAIN), "wide": describe(db, WIDE)}
 
@@ -90,14 +96,16 @@ def trained_in_process(model, buffers, keys, epochs):
     return wire.flatten(local.get_weights())
 
 
-def test_one_model_under_the_hopper_equals_sequential_training_in_the_visiting_order(
-    db, tables
-):
+def test_one_model_under_the_hopper_equals_sequential_training_in_the_visiting_order(db, tables):
     model = tiny_cnn()
     [est] = gpcnn.fit_multiple(
-        db, TRAIN, [{"model": model, "optimizer": momentum()}], epochs=2,
-        learning_rate=None, **COMMON,
-    )  # fmt: skip
+        db,
+        TRAIN,
+        [{"model": model, "optimizer": momentum()}],
+        epochs=2,
+        learning_rate=None,
+        **COMMON,
+    )
     keys = list(tables["train"].keys)
     want = trained_in_process(model, shards(db, tables["train"]), keys, 2)
     np.testing.assert_array_equal(wire.flatten(est.model_.get_weights()), want)
@@ -128,9 +136,7 @@ def test_models_rotate_over_three_segments_and_a_resumed_search_equals_an_uninte
     assert [est.run_id_ for est in resumed] == ids
 
 
-def test_a_run_resumed_beside_one_an_epoch_ahead_keeps_its_own_place_in_the_rotation(
-    db, tables
-):
+def test_a_run_resumed_beside_one_an_epoch_ahead_keeps_its_own_place_in_the_rotation(db, tables):
     """A client killed between two runs' rows of one epoch leaves them an epoch apart: the one
     behind must still visit the keys in its own order, not the order of a search of one."""
     configs = [
@@ -198,9 +204,11 @@ def test_a_search_picks_the_best_configuration_which_evaluates_and_predicts_into
 ):
     search = gpcnn.GreenplumModelSearch(
         {"learning_rate": [0.0001, 0.1], "batch_size": [16]},
-        epochs=2, validation_table=VALID, database=db,
+        epochs=2,
+        validation_table=VALID,
+        database=db,
         estimator_params={"model": dense_net(), "seed": 11, "threads_per_segment": 1},
-    )  # fmt: skip
+    )
     search.fit(TRAIN)
     assert len(search.estimators_) == 2 and sorted(search.cv_results_["rank"]) == [1, 2]
     assert search.best_params_["learning_rate"] == 0.1
@@ -234,10 +242,19 @@ def test_a_search_whose_client_is_killed_resumes_from_each_runs_last_epoch_exact
 
     table = f"{DATA_SCHEMA}.killed"
     images, labels = learnable_images(90)
-    load_images(native_db, table, images, labels, segments=3, buffer_size=30, replace=True,
-                progress=False)  # fmt: skip
+    load_images(
+        native_db, table, images, labels, segments=3, buffer_size=30, replace=True, progress=False
+    )
     child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, database_url() or "-", schema, native_db.dispatch or "-", table],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            database_url() or "-",
+            schema,
+            native_db.dispatch or "-",
+            table,
+        ],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])},
@@ -285,8 +302,11 @@ def test_part_h_reports_means_over_seeds_and_the_hoppers_difference_with_its_err
     configs = hopping.parse_configurations("momentum:0.01:32, adam:0.001:64")
     runs_of = hopping.plan("mnist-sample", configs, ["average"], 4, 2, seeds=(0, 1))
     assert [(s.seed, s.optimizer) for s in runs_of["hopper"]] == [
-        (0, "momentum"), (0, "adam"), (1, "momentum"), (1, "adam"),
-    ]  # fmt: skip
+        (0, "momentum"),
+        (0, "adam"),
+        (1, "momentum"),
+        (1, "adam"),
+    ]
     # Finished runs, as a study leaves them: the hopper 0.90/0.92 at epoch 2, the average 0.88.
     final = {("hopper", 0): 0.90, ("hopper", 1): 0.92, ("average", 0): 0.88, ("average", 1): 0.88}
     for method, specs in runs_of.items():
@@ -304,5 +324,7 @@ def test_part_h_reports_means_over_seeds_and_the_hoppers_difference_with_its_err
     assert "| momentum lr=0.01 batch=32 | +3.00 ± 2.00 (real) |" in text
     assert "| momentum lr=0.01 batch=32 | 2, 2 | never, never |" in text
     rows = (tmp_path / "history.csv").read_text().splitlines()
-    assert len(rows) == 1 + 2 * 2 * 2 * 2  # a header, then configurations × methods × seeds × epochs
+    assert (
+        len(rows) == 1 + 2 * 2 * 2 * 2
+    )  # a header, then configurations × methods × seeds × epochs
     assert (tmp_path / "mop_vs_merge.png").stat().st_size > 0

@@ -19,8 +19,16 @@ SPECIES = np.array(["setosa", "versicolor", "virginica"])
 
 
 def _estimator(db, model, **kw) -> GreenplumCNN:
-    return GreenplumCNN(model, iterations=1, batch_size=16, seed=3, database=db, verbose=0,
-                        threads_per_segment=1, **kw)  # fmt: skip
+    return GreenplumCNN(
+        model,
+        iterations=1,
+        batch_size=16,
+        seed=3,
+        database=db,
+        verbose=0,
+        threads_per_segment=1,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize(
@@ -78,8 +86,15 @@ def test_labels_of_any_type_map_to_their_sorted_values_or_are_class_indices():
 def test_feature_rows_load_as_float32_and_read_back_as_they_were(db):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(12, 5))
-    info = load_images(db, "inputs_rows", x, SPECIES[rng.integers(0, 3, 12)], segments=2,
-                       replace=True, progress=False)  # fmt: skip
+    info = load_images(
+        db,
+        "inputs_rows",
+        x,
+        SPECIES[rng.integers(0, 3, 12)],
+        segments=2,
+        replace=True,
+        progress=False,
+    )
     assert info.image_shape == (5,) and info.class_names == tuple(SPECIES)
     back, labels, ids = read_images(db, "inputs_rows", ids=True)
     np.testing.assert_array_equal(back, x[ids].astype(np.float32))
@@ -130,14 +145,30 @@ def test_pack_table_packs_feature_rows_and_refuses_a_bad_shape(db):
         conn.exec_driver_sql(f"CREATE TABLE {raw} (id int, f real[], label int)")
         rows = [{"i": i, "f": [i / 10, 0.5, 0.25, 0, 1], "y": 3 + 4 * (i % 2)} for i in range(8)]
         conn.execute(sa.text(f"INSERT INTO {raw} VALUES (:i, :f, :y)"), rows)
-    info = gpcnn.pack_table(db, "inputs_raw", "inputs_packed", x_column="f", y_column="label",
-                            id_column="id", shape=(5,), normalized=True, segments=2,
-                            replace=True)  # fmt: skip
+    info = gpcnn.pack_table(
+        db,
+        "inputs_raw",
+        "inputs_packed",
+        x_column="f",
+        y_column="label",
+        id_column="id",
+        shape=(5,),
+        normalized=True,
+        segments=2,
+        replace=True,
+    )
     assert describe(db, "inputs_packed").image_shape == (5,) and info.class_names == ("3", "7")
     x, _ = read_images(db, "inputs_packed")
     assert x.dtype == np.uint8 and x.shape == (8, 5)
     with pytest.raises(TableError, match=r"give shape=\(H, W, C\), or shape=\(5,\)"):
-        gpcnn.pack_table(db, "inputs_raw", "inputs_never", x_column="f", y_column="label",
-                         id_column="id", segments=2)  # fmt: skip
+        gpcnn.pack_table(
+            db,
+            "inputs_raw",
+            "inputs_never",
+            x_column="f",
+            y_column="label",
+            id_column="id",
+            segments=2,
+        )
     with pytest.raises(ValueError, match=r"takes inputs of shape \(4,\).*inputs_packed"):
         gpcnn.predict(db, dense_rows((4,), 2), "inputs_packed")

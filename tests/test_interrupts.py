@@ -39,9 +39,7 @@ def table(db):
     rng = np.random.default_rng(5)
     images = rng.integers(0, 255, (1200, 8, 8), dtype=np.uint8)
     labels = rng.integers(0, 3, 1200)
-    load_images(
-        db, TABLE, images, labels, segments=2, buffer_size=50, replace=True, progress=False
-    )
+    load_images(db, TABLE, images, labels, segments=2, buffer_size=50, replace=True, progress=False)
     return TABLE
 
 
@@ -52,9 +50,7 @@ def many_buffers(db):
     images = rng.integers(0, 255, (20_000, 8, 8), dtype=np.uint8)
     labels = rng.integers(0, 3, 20_000)
     name = f"{DATA_SCHEMA}.many_buffers"
-    load_images(
-        db, name, images, labels, segments=2, buffer_size=10, replace=True, progress=False
-    )
+    load_images(db, name, images, labels, segments=2, buffer_size=10, replace=True, progress=False)
     return name
 
 

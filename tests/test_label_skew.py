@@ -80,10 +80,19 @@ def skewed(db, schema):
     x = rng.integers(0, 256, (400, 4, 4), dtype=np.uint8)
     y = rng.integers(0, 5, 400)
     info = load_images(
-        db, f"{SRC}.skewed", x, y, segments=4, buffer_size=30, seed=3,
-        distribution="label-skew", skew=0.1, class_names=list("abcde"), replace=True,
+        db,
+        f"{SRC}.skewed",
+        x,
+        y,
+        segments=4,
+        buffer_size=30,
+        seed=3,
+        distribution="label-skew",
+        skew=0.1,
+        class_names=list("abcde"),
+        replace=True,
         progress=False,
-    )  # fmt: skip
+    )
     return x, y, info
 
 
@@ -204,9 +213,17 @@ def _ids_by_key(db, table: str) -> dict[int, list[int]]:
 
 def _pack(db, source, target, **options):
     return gpcnn.pack_table(
-        db, source, target, x_column="img", y_column="label", id_column="id", segments=4,
-        buffer_size=16, replace=True, **options,
-    )  # fmt: skip
+        db,
+        source,
+        target,
+        x_column="img",
+        y_column="label",
+        id_column="id",
+        segments=4,
+        buffer_size=16,
+        replace=True,
+        **options,
+    )
 
 
 def test_distribute_by_keeps_every_value_on_one_segment_and_measures_the_skew(db, rows):
@@ -270,9 +287,17 @@ def test_redeal_holds_the_images_as_load_images_of_them_in_id_order_would(db, ro
     redealt = gpcnn.redeal(db, skewed.table, f"{SRC}.redealt", segments=3, seed=7, replace=True)
     by_id = np.argsort(ids)
     loaded = load_images(
-        db, f"{SRC}.loaded", x[by_id], labels[by_id], ids=ids[by_id], segments=3, seed=7,
-        class_names=["0", "1", "2", "3"], replace=True, progress=False,
-    )  # fmt: skip
+        db,
+        f"{SRC}.loaded",
+        x[by_id],
+        labels[by_id],
+        ids=ids[by_id],
+        segments=3,
+        seed=7,
+        class_names=["0", "1", "2", "3"],
+        replace=True,
+        progress=False,
+    )
     query = "SELECT __dist_key__, buffer_id, n, x, y, ids FROM {} ORDER BY buffer_id"
     with db.connect() as conn:
         stored = [

@@ -68,27 +68,40 @@ def test_fits_loads_and_predictions_at_once_each_equal_the_call_alone(db, tables
     url = db.url.render_as_string(hide_password=False)
     fits = [tables[0], tables[0], tables[1], tables[1]]
     jobs = [
-        [str(CHILDREN / "fit.py"), url, db.schema, name, str(tmp_path / f"{i}.npy"),
-         f"{__name__}:estimator"]
+        [
+            str(CHILDREN / "fit.py"),
+            url,
+            db.schema,
+            name,
+            str(tmp_path / f"{i}.npy"),
+            f"{__name__}:estimator",
+        ]
         for i, name in enumerate(fits)
     ] + [
         [str(CHILDREN / "call.py"), url, db.schema, json.dumps(job)]
         for job in [
-            *({"call": "load", "table": f"{DATA}.load_{i}", "seed": 9, "images": LOADED}
-              for i in range(2)),
-            *({"call": "predict", "estimator": str(saved), "table": tables[0],
-               "output": f"{DATA}.pred_{i}"} for i in range(2)),
+            *(
+                {"call": "load", "table": f"{DATA}.load_{i}", "seed": 9, "images": LOADED}
+                for i in range(2)
+            ),
+            *(
+                {
+                    "call": "predict",
+                    "estimator": str(saved),
+                    "table": tables[0],
+                    "output": f"{DATA}.pred_{i}",
+                }
+                for i in range(2)
+            ),
         ]
-    ]  # fmt: skip
+    ]
     reports = run_together(jobs)
     for i, name in enumerate(fits):
         np.testing.assert_array_equal(np.load(tmp_path / f"{i}.npy"), weights[name])
         stored = runs.load_run(db, reports[i]["run_id"])
         assert (stored.status, len(stored.iterations), stored.table) == ("finished", 2, name)
     for i in range(2):
-        for mine, theirs in zip(
-            read_images(db, f"{DATA}.load_{i}", ids=True), loaded, strict=True
-        ):
+        for mine, theirs in zip(read_images(db, f"{DATA}.load_{i}", ids=True), loaded, strict=True):
             np.testing.assert_array_equal(mine, theirs)
         info = describe(db, f"{DATA}.load_{i}")
         assert (info.images, info.segments) == (LOADED, 2)

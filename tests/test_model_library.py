@@ -24,8 +24,18 @@ DATA = "gpcnn_library_test"
 def table(db):
     x, y = learnable_images(60)
     name = f"{DATA}.images"
-    load_images(db, name, x, y, ids=500 + np.arange(len(y)), segments=2, buffer_size=20,
-                class_names=["a", "b", "c"], replace=True, progress=False)  # fmt: skip
+    load_images(
+        db,
+        name,
+        x,
+        y,
+        ids=500 + np.arange(len(y)),
+        segments=2,
+        buffer_size=20,
+        class_names=["a", "b", "c"],
+        replace=True,
+        progress=False,
+    )
     return name
 
 
@@ -64,9 +74,7 @@ def test_an_architecture_stored_without_weights_is_built_with_fresh_ones(db, sto
     assert gpcnn.load_model(db, "lib-bare").count_params() == dense_net().count_params()
 
 
-def test_a_name_is_not_overwritten_without_replace_and_delete_says_whether_it_was_there(
-    db, stored
-):
+def test_a_name_is_not_overwritten_without_replace_and_delete_says_whether_it_was_there(db, stored):
     stored("lib-once", dense_net())
     with pytest.raises(ValueError, match="pass replace=True"):
         gpcnn.store_model(db, "lib-once", tiny_cnn())
@@ -81,9 +89,13 @@ def test_a_name_is_not_overwritten_without_replace_and_delete_says_whether_it_wa
 
 def test_a_lambda_layer_is_refused_before_anything_is_stored(db):
     model = keras.Sequential(
-        [keras.Input((8, 8, 1)), keras.layers.Lambda(lambda t: t * 2), keras.layers.Flatten(),
-         keras.layers.Dense(3, activation="softmax")]
-    )  # fmt: skip
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Lambda(lambda t: t * 2),
+            keras.layers.Flatten(),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
     with pytest.raises(ValueError, match=r"safe mode.*Lambda"):
         gpcnn.store_model(db, "lib-lambda", model)
     assert "lib-lambda" not in [m["name"] for m in gpcnn.list_models(db)]
@@ -93,8 +105,15 @@ def test_the_estimator_fits_a_stored_model_from_its_stored_weights(db, table, st
     model = dense_net()
     model.set_weights([w + 0.25 for w in model.get_weights()])
     stored("lib-start", model)
-    common = dict(iterations=1, learning_rate=0.05, batch_size=16, seed=3, database=db,
-                  threads_per_segment=1, verbose=0)  # fmt: skip
+    common = dict(
+        iterations=1,
+        learning_rate=0.05,
+        batch_size=16,
+        seed=3,
+        database=db,
+        threads_per_segment=1,
+        verbose=0,
+    )
     by_name = GreenplumCNN("lib-start", **common).fit(table)
     by_object = GreenplumCNN(model, **common).fit(table)
     np.testing.assert_array_equal(
@@ -137,8 +156,7 @@ def test_the_command_line_lists_shows_and_deletes_stored_models(db, capsys):
     model = dense_net()
     model.layers[-1].trainable = False
     gpcnn.store_model(db, "lib-cli", model, description="for the CLI", replace=True)
-    base = ["--database", db.url.render_as_string(hide_password=False), "--schema",
-            db.schema]  # fmt: skip
+    base = ["--database", db.url.render_as_string(hide_password=False), "--schema", db.schema]
     assert cli.main(["models", "list", *base]) == 0
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("lib-cli ")]
     assert "weights 0.0 MB" in line and line.endswith("for the CLI")

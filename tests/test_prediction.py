@@ -20,8 +20,15 @@ from gpcnn.study.prediction import (
 
 
 def history(run, merge, segments, value, seed=0, merges=1.0, epoch=15.0, early=""):
-    meta = {"run": run, "setting": run.rsplit("-s", 1)[0], "merge": merge, "segments": segments,
-            "merges_per_epoch": merges, "seed": seed, "early_merges": early}  # fmt: skip
+    meta = {
+        "run": run,
+        "setting": run.rsplit("-s", 1)[0],
+        "merge": merge,
+        "segments": segments,
+        "merges_per_epoch": merges,
+        "seed": seed,
+        "early_merges": early,
+    }
     return [
         {**meta, "epoch": 1.0, "val_accuracy": 0.5},
         {**meta, "epoch": epoch, "val_accuracy": value},

@@ -53,9 +53,30 @@ QUOTED = r'"(?:[^"]|"")*"'
 NAME_SQL = re.compile(rf"(?:{PLAIN}|{QUOTED})(?:\.(?:{PLAIN}|{QUOTED}))?", re.DOTALL)
 
 INJECTION = [
-    '"', '""', ".", ";", " ", "--", "/*", "*/", "'", "\x00", "\\", "$$", ":", "%", "\n",
-    "x; DROP TABLE y", "DROP TABLE y; --", "a.b.c", '"a"."b"', '"a"b', "select", "é", "\ud800",
-]  # fmt: skip
+    '"',
+    '""',
+    ".",
+    ";",
+    " ",
+    "--",
+    "/*",
+    "*/",
+    "'",
+    "\x00",
+    "\\",
+    "$$",
+    ":",
+    "%",
+    "\n",
+    "x; DROP TABLE y",
+    "DROP TABLE y; --",
+    "a.b.c",
+    '"a"."b"',
+    '"a"b',
+    "select",
+    "é",
+    "\ud800",
+]
 NAMES = st.one_of(
     st.text(max_size=80),
     st.lists(st.sampled_from(INJECTION) | st.text("aZ_9", max_size=3), max_size=6).map("".join),
@@ -117,11 +138,13 @@ def test_a_schema_and_table_tuple_is_quoted_as_given_or_refused(pair):
     except TableError as e:
         _refusal(e)
         assert any(
-            not p or "\x00" in p or "%" in p
+            not p
+            or "\x00" in p
+            or "%" in p
             or len(p.encode("utf-8", "surrogatepass")) > IDENTIFIER_BYTES
             or any("\ud800" <= c <= "\udfff" for c in p)
             for p in pair
-        )  # fmt: skip
+        )
         return
     event("accepted")
     assert (name.schema, name.name) == pair
@@ -182,7 +205,9 @@ def plausible_images(draw):
     if draw(st.integers(0, 7)) == 0:
         sides[draw(st.integers(0, len(sides) - 1))] = 0
     shape = (n, *sides)
-    dtype = draw(st.sampled_from(["uint8", "float32", "uint8", "float64", "float16", "int64", "bool"]))
+    dtype = draw(
+        st.sampled_from(["uint8", "float32", "uint8", "float64", "float16", "int64", "bool"])
+    )
     if dtype in ("uint8", "int64"):
         x = draw(hnp.arrays(dtype, shape, elements=st.integers(0, 255)))
     elif dtype == "bool":
@@ -202,8 +227,11 @@ def plausible_labels(draw, n=None):
     label, integral floats, strings, a second column."""
     n = draw(st.integers(1, 4)) if n is None else n
     y = np.array(draw(st.lists(st.integers(0, 3), min_size=n, max_size=n)))
-    change = draw(st.sampled_from(["none", "none", "none", "long", "negative", "huge", "floats",
-                                   "strings", "column"]))  # fmt: skip
+    change = draw(
+        st.sampled_from(
+            ["none", "none", "none", "long", "negative", "huge", "floats", "strings", "column"]
+        )
+    )
     if change == "long":
         y = np.append(y, 1)
     elif change == "negative":
@@ -248,7 +276,9 @@ LABEL_INPUTS = st.one_of(
     st.none(),
     st.lists(st.integers(-3, 2**40), max_size=6),
 )
-TRAINING_INPUTS = st.one_of(plausible_pair(), plausible_pair(), st.tuples(IMAGE_INPUTS, LABEL_INPUTS))
+TRAINING_INPUTS = st.one_of(
+    plausible_pair(), plausible_pair(), st.tuples(IMAGE_INPUTS, LABEL_INPUTS)
+)
 
 
 def _accepted(check, *args, **kwargs):
@@ -335,8 +365,16 @@ DOCUMENTED = {
 # The documented choices of the options whose values are words.
 CHOICES = {"batchnorm_statistics": ("averaged", "pooled")}
 BUILT_IN = [
-    "average", "bmuf", "easgd", "none", "fedprox", "scaffold", "fedadam", "fedyogi", "fednova",
-]  # fmt: skip
+    "average",
+    "bmuf",
+    "easgd",
+    "none",
+    "fedprox",
+    "scaffold",
+    "fedadam",
+    "fedyogi",
+    "fednova",
+]
 
 
 def _inside(option: str, value: float, k: int) -> bool:
@@ -445,8 +483,12 @@ def model_layouts(draw):
         bits = draw(st.lists(BITS, min_size=size, max_size=size))
         values.append(np.array(bits, dtype=np.uint32).view(np.float32).reshape(shape))
         entries.append(
-            {"name": f"w{i}", "shape": list(shape), "dtype": "float32",
-             "trainable": draw(st.booleans())}
+            {
+                "name": f"w{i}",
+                "shape": list(shape),
+                "dtype": "float32",
+                "trainable": draw(st.booleans()),
+            }
         )
     return entries, values
 
@@ -468,7 +510,9 @@ def test_any_float32_model_layout_encodes_and_decodes_to_the_same_bits(layout):
         assert np.array_equal(_bits(decoded), _bits(original))
     mask = wire.trainable_mask(entries)
     assert mask.dtype == bool and mask.size == sum(wire.sizes(entries))
-    expected = [np.full(n, e["trainable"]) for e, n in zip(entries, wire.sizes(entries), strict=True)]
+    expected = [
+        np.full(n, e["trainable"]) for e, n in zip(entries, wire.sizes(entries), strict=True)
+    ]
     assert np.array_equal(mask, np.concatenate([*expected, np.zeros(0, bool)]))
     with pytest.raises(wire.WeightsError, match="weight values for a model of"):
         wire.unflatten(wire.from_bytes(data + b"\0\0\0\0"), entries)

@@ -21,7 +21,9 @@ def _source(db, label_type: str, labels: list) -> str:
     with db.begin() as conn:
         conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {SRC}")
         conn.exec_driver_sql(f"DROP TABLE IF EXISTS {table}")
-        conn.exec_driver_sql(f"CREATE TABLE {table} (id bigint, img smallint[], label {label_type})")
+        conn.exec_driver_sql(
+            f"CREATE TABLE {table} (id bigint, img smallint[], label {label_type})"
+        )
         rows = [{"id": 10 * i + 3, "img": [i % 256], "label": v} for i, v in enumerate(labels)]
         conn.execute(sa.text(f"INSERT INTO {table} VALUES (:id, :img, :label)"), rows)
     return table
@@ -42,9 +44,16 @@ def test_packed_class_values_are_the_sorted_distinct_labels_and_each_image_gets_
     label_type, labels = typed_labels
     source = _source(db, label_type, labels)
     packed = gpcnn.pack_table(
-        db, source, f"{SRC}.packed", x_column="img", y_column="label", id_column="id",
-        segments=2, seed=1, replace=True,
-    )  # fmt: skip
+        db,
+        source,
+        f"{SRC}.packed",
+        x_column="img",
+        y_column="label",
+        id_column="id",
+        segments=2,
+        seed=1,
+        replace=True,
+    )
     classes = sorted(set(labels))
     assert packed.class_names == tuple(str(v) for v in classes)
     assert packed.num_classes == len(classes)

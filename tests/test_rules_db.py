@@ -136,9 +136,7 @@ def average_run(db, schema, model, tables):
 
 
 def test_bmuf_with_eta_0_zeta_1_equals_average(db, schema, model, average_run):
-    bmuf = fit(
-        db, schema, model, iterations=2, merge="bmuf", merge_options={"eta": 0, "zeta": 1}
-    )
+    bmuf = fit(db, schema, model, iterations=2, merge="bmuf", merge_options={"eta": 0, "zeta": 1})
     np.testing.assert_allclose(flat(bmuf), flat(average_run), atol=1e-6, rtol=0)
     assert [r["images"] for r in bmuf.history_] == [150, 150]
 
@@ -149,9 +147,7 @@ def test_bmuf_default_differs_from_average_and_resumes_exactly(db, schema, model
     # retention rule keeps a run's last checkpoint: shorter runs give the earlier iterations.
     one, two = (fit(db, schema, model, iterations=i, merge="bmuf") for i in (1, 2))
     first, _ = stored_iteration(db, schema, one.run_id_, 1)
-    average_first, _ = stored_iteration(
-        db, schema, fit(db, schema, model, iterations=1).run_id_, 1
-    )
+    average_first, _ = stored_iteration(db, schema, fit(db, schema, model, iterations=1).run_id_, 1)
     np.testing.assert_allclose(first, average_first, atol=1e-6, rtol=0)
     second, state = stored_iteration(db, schema, two.run_id_, 2)
     assert max_diff(second, flat(average_run)) > 1e-4
@@ -451,9 +447,7 @@ def test_a_merges_per_epoch_schedule_merges_often_early_then_once_per_epoch(
 
 
 @pytest.mark.parametrize("bad", [[], [2, 0], 0, [1.5], "2"])
-def test_a_bad_merges_per_epoch_schedule_is_refused_before_any_work(
-    db, schema, model, tables, bad
-):
+def test_a_bad_merges_per_epoch_schedule_is_refused_before_any_work(db, schema, model, tables, bad):
     with pytest.raises(
         ValueError, match="merges_per_epoch must be a positive integer or a non-empty list"
     ):

@@ -18,12 +18,19 @@ DATA = "gpcnn_summaries_test"
 @pytest.fixture(scope="module")
 def fitted(db):
     x, y = learnable_images(60, seed=8)
-    load_images(db, f"{DATA}.train", x, y, segments=2, buffer_size=15, replace=True,
-                progress=False)  # fmt: skip
+    load_images(db, f"{DATA}.train", x, y, segments=2, buffer_size=15, replace=True, progress=False)
     load_images(db, f"{DATA}.test", x[:30], y[:30], segments=2, replace=True, progress=False)
-    est = GreenplumCNN(dense_net(), iterations=3, learning_rate=0.05, batch_size=8, seed=1,
-                       database=db, validation_table=f"{DATA}.test", threads_per_segment=1,
-                       verbose=0)  # fmt: skip
+    est = GreenplumCNN(
+        dense_net(),
+        iterations=3,
+        learning_rate=0.05,
+        batch_size=8,
+        seed=1,
+        database=db,
+        validation_table=f"{DATA}.test",
+        threads_per_segment=1,
+        verbose=0,
+    )
     return est.fit(f"{DATA}.train")
 
 
@@ -38,15 +45,21 @@ def test_list_runs_gives_epochs_and_the_last_and_best_validation_values(db, fitt
     assert row["loss"] == history[-1]["loss"]
 
 
-def test_the_command_line_lists_runs_with_those_columns_and_shows_the_history(
-    db, fitted, capsys
-):
-    base = ["--database", db.url.render_as_string(hide_password=False), "--schema",
-            db.schema]  # fmt: skip
+def test_the_command_line_lists_runs_with_those_columns_and_shows_the_history(db, fitted, capsys):
+    base = ["--database", db.url.render_as_string(hide_password=False), "--schema", db.schema]
     assert cli.main(["runs", "list", *base]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
-    assert header.split()[:9] == ["run", "status", "merge", "iterations", "epochs", "val_acc",
-                                  "best", "val_loss", "best"]  # fmt: skip
+    assert header.split()[:9] == [
+        "run",
+        "status",
+        "merge",
+        "iterations",
+        "epochs",
+        "val_acc",
+        "best",
+        "val_loss",
+        "best",
+    ]
     (line,) = [ln for ln in lines if ln.split()[0] == str(fitted.run_id_)]
     last = fitted.history_[-1]
     assert f"{last['val_accuracy']:.4f}" in line and f"{last['val_loss']:.4f}" in line
@@ -56,8 +69,16 @@ def test_the_command_line_lists_runs_with_those_columns_and_shows_the_history(
     summary, columns, *rows, warning = capsys.readouterr().out.splitlines()
     assert summary.startswith(f"run {fitted.run_id_}: finished, {DATA}.train, merge=average")
     assert warning == f"early warning: {gpcnn.forecast_gap(fitted.history_).message()}"
-    assert columns.split() == ["iteration", "epoch", "loss", "accuracy", "val_loss",
-                               "val_accuracy", "seconds", "drift_ratio"]  # fmt: skip
+    assert columns.split() == [
+        "iteration",
+        "epoch",
+        "loss",
+        "accuracy",
+        "val_loss",
+        "val_accuracy",
+        "seconds",
+        "drift_ratio",
+    ]
     diagnostics = [r for r in rows if r.split()[0] in ("spread", "segment")]
     rows = [r for r in rows if r not in diagnostics]
     assert [int(r.split()[0]) for r in rows] == [1, 2, 3]

@@ -38,18 +38,29 @@ def handles(native_db):
     tables = {}
     for name, db in (("sessions", native_db), ("statement", statement)):
         table = f"{DATA_SCHEMA}.train_{name}"
-        tables[name] = (db, load_images(db, table, x, y, segments=K, buffer_size=20,
-                                        replace=True, progress=False))  # fmt: skip
+        tables[name] = (
+            db,
+            load_images(db, table, x, y, segments=K, buffer_size=20, replace=True, progress=False),
+        )
     yield tables
     statement.close()
 
 
 def fit(db, info, **params):
     est = GreenplumCNN(
-        tiny_cnn(batchnorm_dropout=True), optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-        learning_rate=None, batch_size=16, shuffle=True, iterations=2, seed=11, database=db,
-        validation_table=str(info.table), threads_per_segment=1, verbose=0, **params,
-    )  # fmt: skip
+        tiny_cnn(batchnorm_dropout=True),
+        optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+        learning_rate=None,
+        batch_size=16,
+        shuffle=True,
+        iterations=2,
+        seed=11,
+        database=db,
+        validation_table=str(info.table),
+        threads_per_segment=1,
+        verbose=0,
+        **params,
+    )
     with est:
         est.fit(str(info.table))
     return est

@@ -43,18 +43,33 @@ def tables(db, schema):
     packed = {}
     for name, sample in (("by_label", None), ("shared", 0.2)):
         packed[name] = gpcnn.pack_table(
-            db, f"{SRC}.rows", f"{SRC}.{name}", x_column="img", y_column="label",
-            id_column="id", segments=2, buffer_size=20, distribute_by="label",
-            shared_sample=sample, replace=True,
-        )  # fmt: skip
+            db,
+            f"{SRC}.rows",
+            f"{SRC}.{name}",
+            x_column="img",
+            y_column="label",
+            id_column="id",
+            segments=2,
+            buffer_size=20,
+            distribute_by="label",
+            shared_sample=sample,
+            replace=True,
+        )
     return packed
 
 
 def fit(db, model, table, resume=None, iterations=1) -> GreenplumCNN:
     est = GreenplumCNN(
-        model, optimizer="sgd", learning_rate=0.05, batch_size=16, iterations=iterations,
-        seed=11, database=db, threads_per_segment=1, verbose=0,
-    )  # fmt: skip
+        model,
+        optimizer="sgd",
+        learning_rate=0.05,
+        batch_size=16,
+        iterations=iterations,
+        seed=11,
+        database=db,
+        threads_per_segment=1,
+        verbose=0,
+    )
     with est:
         est.fit(str(table.table), resume=resume)
     return est

@@ -87,13 +87,19 @@ ROWS_DECLARED = {
 @parametrize_with_checks(
     [
         GreenplumCNN(
-            dense_rows, optimizer="adam", learning_rate=0.05, iterations=3, batch_size=16,
-            seed=0, verbose=0, threads_per_segment=1,
+            dense_rows,
+            optimizer="adam",
+            learning_rate=0.05,
+            iterations=3,
+            batch_size=16,
+            seed=0,
+            verbose=0,
+            threads_per_segment=1,
         )
     ],
     expected_failed_checks=lambda estimator: ROWS_DECLARED,
     xfail_strict=True,
-)  # fmt: skip
+)
 def test_scikit_learn_estimator_checks_pass_on_a_dense_model_of_feature_rows(estimator, check, db):
     check(estimator.set_params(database=db))
 
@@ -163,8 +169,15 @@ def test_bad_arrays_are_refused_before_the_database_with_what_to_do(x, y, error,
 @pytest.mark.slow
 def test_partial_fit_takes_classes_and_a_batch_of_one_class(db):
     x, y = learnable_images(60)
-    est = GreenplumCNN(dense_net(), iterations=1, batch_size=16, seed=11, database=db,
-                       threads_per_segment=1, verbose=0)  # fmt: skip
+    est = GreenplumCNN(
+        dense_net(),
+        iterations=1,
+        batch_size=16,
+        seed=11,
+        database=db,
+        threads_per_segment=1,
+        verbose=0,
+    )
     with pytest.raises(ValueError, match=r"3 output units.*classes=range\(3\)"):
         est.partial_fit(x, y, classes=[0, 1])
     ones = y == 1

@@ -164,7 +164,6 @@ def test_a_backend_builds_the_same_statements_as_its_engines_compiler():
         assert backend.probe_sql() == compiler.probe_sql()
 
 
-
 def test_training_aggregate_has_no_combine_function_and_chunks_merge_in_order():
     """A segment's group must stay in one process (its start arrives as its first rows, its
     trained vector waits there for ``state_chunks``), so ``train`` cannot be split."""

@@ -97,7 +97,10 @@ def test_deleting_a_run_gives_its_space_back_at_once(db):
     assert runs.delete_runs(own_schema, [deleted]) == 1
     assert full - on_disk(own_schema, ("checkpoints",)) >= 5 * model.nbytes * 0.9
     with own_schema.begin() as conn:
-        assert Catalog(conn, own_schema.backend).checkpoint(kept, 5)["weights"].tolist() == model.tolist()
+        assert (
+            Catalog(conn, own_schema.backend).checkpoint(kept, 5)["weights"].tolist()
+            == model.tolist()
+        )
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema}, {schema}_staging CASCADE")
     own_schema.close()
 

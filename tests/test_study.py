@@ -229,9 +229,17 @@ def test_shuffled_runs_have_their_own_names_and_read_back_from_the_csv(tmp_path)
 
 def test_plan_runs_each_setting_per_seed_skew_and_optimizer_state():
     specs = experiments.plan(
-        "d", [1, 4], ["single", "average", "sync"], [1], 3, seeds=[0, 1], skews=[None, 0.1],
-        optimizer_states=["reset", "local"], optimizer="momentum", model="bn-cnn",
-    )  # fmt: skip
+        "d",
+        [1, 4],
+        ["single", "average", "sync"],
+        [1],
+        3,
+        seeds=[0, 1],
+        skews=[None, 0.1],
+        optimizer_states=["reset", "local"],
+        optimizer="momentum",
+        model="bn-cnn",
+    )
     names = {s.name for s in specs}
     assert "d-single-k1-m1-bn-cnn-momentum" in names  # one worker: no skew, no state policy
     assert "d-single-k1-m1-bn-cnn-momentum-s1" in names
@@ -248,12 +256,23 @@ def _rows(setting: str, merge: str, seeds_accuracies: dict[int, list[float]], **
     rows = []
     for seed, accuracies in seeds_accuracies.items():
         for i, acc in enumerate(accuracies, start=1):
-            rows.append({
-                "run": setting if seed == 0 else f"{setting}-s{seed}", "setting": setting,
-                "dataset": "d", "merge": merge, "segments": 1 if merge == "single" else 4,
-                "merges_per_epoch": 1, "seed": seed, "iteration": i, "epoch": float(i),
-                "loss": 1.0 / i, "val_loss": 1.0 / i, "val_accuracy": acc, **meta,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "run": setting if seed == 0 else f"{setting}-s{seed}",
+                    "setting": setting,
+                    "dataset": "d",
+                    "merge": merge,
+                    "segments": 1 if merge == "single" else 4,
+                    "merges_per_epoch": 1,
+                    "seed": seed,
+                    "iteration": i,
+                    "epoch": float(i),
+                    "loss": 1.0 / i,
+                    "val_loss": 1.0 / i,
+                    "val_accuracy": acc,
+                    **meta,
+                }
+            )
     return rows
 
 
@@ -281,9 +300,14 @@ def test_rules_are_compared_with_the_average_and_policies_with_the_local_state()
         _rows("d-average-k4-m1-os-local", "average", {0: [0.5, 0.8]}, optimizer_state="local")
         + _rows("d-bmuf-k4-m1-os-local", "bmuf", {0: [0.6, 0.9]}, optimizer_state="local")
         + _rows("d-average-k4-m1-os-average", "average", {0: [0.4, 0.6]}, optimizer_state="average")
-        + _rows("d-average-k8-m1-os-average", "average", {0: [0.3, 0.5]}, optimizer_state="average",
-                segments=8)
-    )  # fmt: skip
+        + _rows(
+            "d-average-k8-m1-os-average",
+            "average",
+            {0: [0.3, 0.5]},
+            optimizer_state="average",
+            segments=8,
+        )
+    )
     text = report.report(rows)
     to_average = text.split("### Gap to the average at the same K")[1].split("###")[0]
     assert "| d-bmuf-k4-m1-os-local | +0.1000 (one seed: no error bar) |" in to_average
@@ -313,9 +337,14 @@ def test_the_gap_to_one_worker_survives_the_round_trip_through_the_csv(tmp_path)
     rows = (
         _rows("d-single-k1-m1-momentum", "single", {0: [0.5, 0.8]}, optimizer="momentum")
         + _rows("d-single-k1-m1-adam", "single", {0: [0.9, 0.9]}, optimizer="adam")
-        + _rows("d-average-k4-m1-momentum-os-local", "average", {0: [0.4, 0.7]},
-                optimizer="momentum", optimizer_state="local")
-    )  # fmt: skip
+        + _rows(
+            "d-average-k4-m1-momentum-os-local",
+            "average",
+            {0: [0.4, 0.7]},
+            optimizer="momentum",
+            optimizer_state="local",
+        )
+    )
     report.write_csv(rows, tmp_path / "history.csv")
     text = report.report(report.read_csv(tmp_path / "history.csv"), target=0.8)
     gap = [ln for ln in text.splitlines() if ln.startswith("| d-average-k4-m1-momentum-os-local |")]
@@ -357,10 +386,35 @@ def test_a_study_with_seeds_skew_and_momentum_end_to_end(db, schema, tmp_path):
     if db.dispatch:
         pytest.skip("the study's bookkeeping is the same in both dispatch modes")
     url = db.url.render_as_string(hide_password=False)
-    argv = ["converge", "--dataset", "mnist-sample", "--segments", "2", "--merge",
-            "single,average", "--seeds", "0,1", "--skew", "0.5", "--optimizer", "momentum",
-            "--optimizer-state", "local", "--learning-rate", "0.02", "--iterations", "1",
-            "--target", "0.2", "--out", str(tmp_path), "--database", url, "--schema", schema]  # fmt: skip
+    argv = [
+        "converge",
+        "--dataset",
+        "mnist-sample",
+        "--segments",
+        "2",
+        "--merge",
+        "single,average",
+        "--seeds",
+        "0,1",
+        "--skew",
+        "0.5",
+        "--optimizer",
+        "momentum",
+        "--optimizer-state",
+        "local",
+        "--learning-rate",
+        "0.02",
+        "--iterations",
+        "1",
+        "--target",
+        "0.2",
+        "--out",
+        str(tmp_path),
+        "--database",
+        url,
+        "--schema",
+        schema,
+    ]
     assert cli.main(argv) == 0
     text = (tmp_path / "report.md").read_text()
     assert "| mnist-sample-average-k2-m1-momentum-os-local-skew0.5 | 2 |" in text
@@ -403,9 +457,18 @@ def test_plan_names_rule_options_and_merge_schedules_and_checks_options_before_a
 
 def test_the_command_line_reads_merge_schedules_and_option_values():
     args = cli.build_parser().parse_args(
-        ["converge", "--dataset", "mnist-sample", "--merges-per-epoch", "1,8/8/1",
-         "--merge-option", "mu=0.01,0.1", "--merge-option", "nesterov=false"]
-    )  # fmt: skip
+        [
+            "converge",
+            "--dataset",
+            "mnist-sample",
+            "--merges-per-epoch",
+            "1,8/8/1",
+            "--merge-option",
+            "mu=0.01,0.1",
+            "--merge-option",
+            "nesterov=false",
+        ]
+    )
     assert args.merges_per_epoch == [1, [8, 8, 1]]
     assert study_commands._option_sets(args.merge_option) == [
         {"mu": 0.01, "nesterov": False},
@@ -421,9 +484,14 @@ def test_one_worker_at_one_merge_per_epoch_is_the_reference_of_more_merges_and_s
     rows = (
         _rows("d-single-k1-m1", "single", {0: [0.5, 0.8]})
         + _rows("d-bmuf-k4-m2", "bmuf", {0: [0.4, 0.7]}, merges_per_epoch=2)
-        + _rows("d-average-k4-m8-1-mu0.1", "average", {0: [0.6, 0.9]}, early_merges="8",
-                merge_options="mu0.1")
-    )  # fmt: skip
+        + _rows(
+            "d-average-k4-m8-1-mu0.1",
+            "average",
+            {0: [0.6, 0.9]},
+            early_merges="8",
+            merge_options="mu0.1",
+        )
+    )
     to_single = report.report(rows).split("### Gap to one worker")[1]
     assert "| d-bmuf-k4-m2 | -0.1000 (one seed" in to_single
     assert "| d-average-k4-m8-1-mu0.1 | +0.1000 (one seed" in to_single
@@ -438,9 +506,27 @@ def test_a_study_of_rule_options_and_a_merge_schedule_end_to_end(db, schema, tmp
     if db.dispatch:
         pytest.skip("the study's bookkeeping is the same in both dispatch modes")
     url = db.url.render_as_string(hide_password=False)
-    argv = ["converge", "--dataset", "mnist-sample", "--segments", "2", "--merge", "fedprox",
-            "--merge-option", "mu=0.1", "--merges-per-epoch", "2/1", "--iterations", "2",
-            "--out", str(tmp_path), "--database", url, "--schema", schema]  # fmt: skip
+    argv = [
+        "converge",
+        "--dataset",
+        "mnist-sample",
+        "--segments",
+        "2",
+        "--merge",
+        "fedprox",
+        "--merge-option",
+        "mu=0.1",
+        "--merges-per-epoch",
+        "2/1",
+        "--iterations",
+        "2",
+        "--out",
+        str(tmp_path),
+        "--database",
+        url,
+        "--schema",
+        schema,
+    ]
     assert cli.main(argv) == 0
     done = json.loads((tmp_path / "runs" / "mnist-sample-fedprox-k2-m2-1-mu0.1.json").read_text())
     assert [r["epoch"] for r in done["history"]] == [0.5, 1.0, 2.0]  # 2 merges, then 1
@@ -473,9 +559,27 @@ def test_a_study_with_a_shared_sample_trains_every_segment_on_its_rows_and_the_s
     if db.dispatch:
         pytest.skip("the study's bookkeeping is the same in both dispatch modes")
     url = db.url.render_as_string(hide_password=False)
-    argv = ["converge", "--dataset", "mnist-sample", "--segments", "2", "--merge", "average",
-            "--skew", "0.5", "--shared-sample", "none,0.05", "--iterations", "1",
-            "--out", str(tmp_path), "--database", url, "--schema", schema]  # fmt: skip
+    argv = [
+        "converge",
+        "--dataset",
+        "mnist-sample",
+        "--segments",
+        "2",
+        "--merge",
+        "average",
+        "--skew",
+        "0.5",
+        "--shared-sample",
+        "none,0.05",
+        "--iterations",
+        "1",
+        "--out",
+        str(tmp_path),
+        "--database",
+        url,
+        "--schema",
+        schema,
+    ]
     assert cli.main(argv) == 0
     text = (tmp_path / "report.md").read_text()
     assert "mnist-sample-average-k2-m1-skew0.5-shared0.05" in text

@@ -40,9 +40,19 @@ def copies(db) -> list[str]:
 
 def converge(db, source, out, model=MODEL, **options):
     return experiments.converge_on_table(
-        db, source, model, [2], ["single", "average"], [1], 1, out,
-        learning_rate=0.05, batch_size=16, progress=False, **options,
-    )  # fmt: skip
+        db,
+        source,
+        model,
+        [2],
+        ["single", "average"],
+        [1],
+        1,
+        out,
+        learning_rate=0.05,
+        batch_size=16,
+        progress=False,
+        **options,
+    )
 
 
 def test_the_study_runs_on_the_users_table_and_stored_model_and_drops_its_copies(
@@ -75,10 +85,21 @@ def test_kept_copies_are_packed_per_k_with_the_validation_tables_classes(db, sou
             assert describe(db, name).class_names == ("a", "b", "c")
         assert describe(db, kept[1]).segments == 2
     finally:
-        own_data.drop_copies(db, validated, experiments.plan(
-            source.table, [2], ["single", "average"], [1], 1, seeds=[1], model=MODEL,
-            from_table=True, library_model=True,
-        ))  # fmt: skip
+        own_data.drop_copies(
+            db,
+            validated,
+            experiments.plan(
+                source.table,
+                [2],
+                ["single", "average"],
+                [1],
+                1,
+                seeds=[1],
+                model=MODEL,
+                from_table=True,
+                library_model=True,
+            ),
+        )
     assert copies(db) == []
 
 
@@ -112,9 +133,19 @@ def test_bad_names_are_refused_before_any_table_or_file_is_made(
 
 def test_the_command_line_takes_a_table_and_its_columns_or_a_dataset_never_both():
     args = cli.build_parser().parse_args(
-        ["converge", "--table", "s.t", "--x-column", "pixels", "--model", "mine",
-         "--keep-tables", "--merge-option", "batchnorm_statistics=pooled"]
-    )  # fmt: skip
+        [
+            "converge",
+            "--table",
+            "s.t",
+            "--x-column",
+            "pixels",
+            "--model",
+            "mine",
+            "--keep-tables",
+            "--merge-option",
+            "batchnorm_statistics=pooled",
+        ]
+    )
     assert (args.table, args.x_column, args.y_column, args.model) == ("s.t", "pixels", "y", "mine")
     assert args.keep_tables and args.merge_option == [("batchnorm_statistics", ["pooled"])]
     for bad in (["--table", "s.t", "--dataset", "mnist-sample"], []):
@@ -136,10 +167,21 @@ def test_a_layout_by_a_column_keeps_its_values_together_beside_the_iid_copy(db, 
         assert info.segments == 2
         assert info.label_skew.max > 0.5  # each label on one segment: 3 labels, 2 segments
     finally:
-        own_data.drop_copies(db, source, experiments.plan(
-            source.table, [2], ["single", "average"], [1], 1, model=MODEL, from_table=True,
-            library_model=True, layouts=[None, "label"],
-        ))  # fmt: skip
+        own_data.drop_copies(
+            db,
+            source,
+            experiments.plan(
+                source.table,
+                [2],
+                ["single", "average"],
+                [1],
+                1,
+                model=MODEL,
+                from_table=True,
+                library_model=True,
+                layouts=[None, "label"],
+            ),
+        )
     assert copies(db) == []
 
 

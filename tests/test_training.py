@@ -203,9 +203,7 @@ def test_the_checkpoint_of_average_is_written_while_the_average_arrives(
     with estimator(db, schema, model, iterations=3) as est:
         est.fit(tables[2])
     size = sum(wire.sizes(wire.manifest(model)))
-    merged_here = db.backend.dispatch == "sessions" or not db.backend.merges_in_database(
-        2, size
-    )
+    merged_here = db.backend.dispatch == "sessions" or not db.backend.merges_in_database(2, size)
     assert stored == ([] if merged_here else [1, 2, 3])
     with db.connect() as conn:
         last = Catalog(conn, db.backend).checkpoint(est.run_id_, 3)
@@ -237,9 +235,7 @@ def test_a_failed_iteration_leaves_no_part_of_its_streamed_checkpoint(
         assert catalog.checkpoint(est.run_id_, 2) == {}
 
 
-def test_a_validation_table_reads_the_model_from_its_checkpoint(
-    db, schema, tables, monkeypatch
-):
+def test_a_validation_table_reads_the_model_from_its_checkpoint(db, schema, tables, monkeypatch):
     """The validation evaluates the checkpoint just stored, so validating writes no transfer of
     its own; its metrics are those of the model the fit returns."""
     sent = count_transfers(db, monkeypatch)
@@ -324,9 +320,13 @@ def test_a_learning_rate_schedule_continues_across_merges(db, schema, tables):
     model = tiny_cnn()
     decay = keras.optimizers.schedules.ExponentialDecay(0.2, decay_steps=1, decay_rate=0.8)
     with estimator(
-        db, schema, model, iterations=2, optimizer=keras.optimizers.SGD(decay),
+        db,
+        schema,
+        model,
+        iterations=2,
+        optimizer=keras.optimizers.SGD(decay),
         learning_rate=None,
-    ) as est:  # fmt: skip
+    ) as est:
         est.fit(tables[1])
     plain = keras.models.model_from_json(model.to_json())
     plain.set_weights(model.get_weights())
@@ -438,9 +438,17 @@ def named(db, data):
     ids = 1000 + 7 * np.arange(len(y))
     name = f"{DATA_SCHEMA}.named"
     load_images(
-        db, name, x, y, ids=ids, segments=3, class_names=["red", "green", "blue"],
-        buffer_size=25, replace=True, progress=False,
-    )  # fmt: skip
+        db,
+        name,
+        x,
+        y,
+        ids=ids,
+        segments=3,
+        class_names=["red", "green", "blue"],
+        buffer_size=25,
+        replace=True,
+        progress=False,
+    )
     return name
 
 

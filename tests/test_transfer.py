@@ -49,8 +49,16 @@ def frozen(model, *names: str):
 
 
 def fit(db, table, model, **params):
-    defaults = dict(optimizer="adam", learning_rate=0.01, batch_size=8, iterations=2, seed=2,
-                    database=db, threads_per_segment=1, verbose=0)  # fmt: skip
+    defaults = dict(
+        optimizer="adam",
+        learning_rate=0.01,
+        batch_size=8,
+        iterations=2,
+        seed=2,
+        database=db,
+        threads_per_segment=1,
+        verbose=0,
+    )
     return GreenplumCNN(model, **{**defaults, **params}).fit(table)
 
 

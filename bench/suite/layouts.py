@@ -52,7 +52,9 @@ def fill_plans(db, plans: list[str]):
         if statement.startswith("INSERT INTO") and "GROUP BY d.key" in statement:
             cursor.execute("EXPLAIN " + statement, parameters)
             lines = (row[0] for row in cursor.fetchall())  # the bound arrays shortened
-            plans.append("\n".join(line if len(line) <= 160 else line[:160] + "…" for line in lines))
+            plans.append(
+                "\n".join(line if len(line) <= 160 else line[:160] + "…" for line in lines)
+            )
 
     sa.event.listen(db.engine, "before_cursor_execute", explain)
     try:
@@ -78,9 +80,16 @@ def time_pack(db, segments: int, target: str, **layout) -> float:
     checkpoint(db)
     start = time.perf_counter()
     gpcnn.pack_table(
-        db, f"{ROWS}.images", f"{SCHEMA}.{target}", x_column="img", y_column="label",
-        id_column="id", segments=segments, replace=True, **layout,
-    )  # fmt: skip
+        db,
+        f"{ROWS}.images",
+        f"{SCHEMA}.{target}",
+        x_column="img",
+        y_column="label",
+        id_column="id",
+        segments=segments,
+        replace=True,
+        **layout,
+    )
     return time.perf_counter() - start
 
 
@@ -179,9 +188,7 @@ def run(context: Context) -> Outcome:
         conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {ROWS} CASCADE")
     gpcnn.uninstall(db)
     db.close()
-    return outcome(
-        times, moved, images, row_bytes, {"iid": plans[0], "by_site": plans[1]}, skew
-    )
+    return outcome(times, moved, images, row_bytes, {"iid": plans[0], "by_site": plans[1]}, skew)
 
 
 def outcome(
@@ -228,9 +235,15 @@ def outcome(
     return Outcome(
         [table, plan_table],
         [],
-        {"seconds": times, "moved": moved, "images": images, "row_bytes": row_bytes,
-         "plans": plans, "label_skew": skew},
-    )  # fmt: skip
+        {
+            "seconds": times,
+            "moved": moved,
+            "images": images,
+            "row_bytes": row_bytes,
+            "plans": plans,
+            "label_skew": skew,
+        },
+    )
 
 
 BENCHMARK = Benchmark(

@@ -132,9 +132,18 @@ def pack_table(
         dealing = Dealing(segments, buffer_size, seed, groups, sample)
         catalog = {"class_names": values, "source": f"pack_table of {src}{by}"}
         return pack_rows(
-            db, queries, src, name, count, values, dealing, catalog,
-            shape=image_shape, normalized=bool(normalized), replace=replace,
-        )  # fmt: skip
+            db,
+            queries,
+            src,
+            name,
+            count,
+            values,
+            dealing,
+            catalog,
+            shape=image_shape,
+            normalized=bool(normalized),
+            replace=replace,
+        )
     except (TableError, DatabaseError):
         # The fill checks the range as it converts: any refusal from here on is first the
         # range's, for the row named by the check alone, as if it had come first.
@@ -171,9 +180,19 @@ class Dealing:
 
 
 def pack_rows(
-    db: Database, queries: PackingSource, src: TableName, name: TableName, count: int,
-    values: list[str], dealing: Dealing, catalog: dict, *, shape, normalized, replace,
-) -> ImageTable:  # fmt: skip
+    db: Database,
+    queries: PackingSource,
+    src: TableName,
+    name: TableName,
+    count: int,
+    values: list[str],
+    dealing: Dealing,
+    catalog: dict,
+    *,
+    shape,
+    normalized,
+    replace,
+) -> ImageTable:
     """The rows of ``queries`` (``count`` images, labels ``values``) dealt into ``name`` in one
     transaction; ``catalog``: the entry's class names and source."""
     backend = db.backend

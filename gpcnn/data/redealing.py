@@ -170,7 +170,15 @@ def _repack(
     queries = PackingSource(db.backend, rows, "x", "y", "id", "bytea")
     classes = [str(c) for c in range(info.num_classes)]  # the stored labels, as pack_table reads
     return pack_rows(
-        db, queries, info.table, name, info.images, classes, dealing,
+        db,
+        queries,
+        info.table,
+        name,
+        info.images,
+        classes,
+        dealing,
         {"class_names": list(info.class_names) or None, **catalog},
-        shape=tuple(info.image_shape), normalized=False, replace=replace,
-    )  # fmt: skip
+        shape=tuple(info.image_shape),
+        normalized=False,
+        replace=replace,
+    )

@@ -99,7 +99,9 @@ class Backend(Compiler):
         fails there ("cannot run inside a transaction block (seg1)"). Every engine takes this
         path, so the suite runs it on PostgreSQL too. Closed afterwards: the pool stays as it was."""
         url = self.engine.url
-        fresh = sa.create_engine(url, poolclass=sa.pool.NullPool, connect_args=connect_arguments(url))
+        fresh = sa.create_engine(
+            url, poolclass=sa.pool.NullPool, connect_args=connect_arguments(url)
+        )
         try:
             with fresh.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 yield conn

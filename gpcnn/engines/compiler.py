@@ -238,4 +238,3 @@ class Compiler:
     def copy_out_sql(query: str) -> str:
         """A query whose rows come back as binary COPY data: bytea as raw bytes, not hex text."""
         return f"COPY ({query}) TO STDOUT WITH (FORMAT binary)"
-

@@ -146,7 +146,9 @@ class Database:
     def engine(self) -> sa.Engine:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed: gpcnn.connect() opens it again")
-        return sa.create_engine(self.url, pool_pre_ping=True, connect_args=connect_arguments(self.url))
+        return sa.create_engine(
+            self.url, pool_pre_ping=True, connect_args=connect_arguments(self.url)
+        )
 
     @cached_property
     def backend(self) -> Backend:

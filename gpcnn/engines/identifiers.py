@@ -100,7 +100,9 @@ def _checked_part(part: str, table: object) -> str:
     try:
         size = len(part.encode())
     except UnicodeEncodeError:
-        raise TableError(f"{table!r}: {part!r} is not valid Unicode text (a lone surrogate)") from None
+        raise TableError(
+            f"{table!r}: {part!r} is not valid Unicode text (a lone surrogate)"
+        ) from None
     if size > IDENTIFIER_BYTES:
         raise TableError(
             f"{table!r}: {part!r} is {size} bytes, longer than PostgreSQL's {IDENTIFIER_BYTES}-byte "

@@ -171,7 +171,9 @@ def uninstall(database: Database | str | None = None, *, keep_data: bool = False
             for statement in migrations.drop_ddl(backend):
                 conn.exec_driver_sql(statement)
             staging = roles.staging_schema(db.schema)
-            if migrations.schema_exists(conn, staging) and migrations.schema_is_empty(conn, staging):
+            if migrations.schema_exists(conn, staging) and migrations.schema_is_empty(
+                conn, staging
+            ):
                 conn.exec_driver_sql(backend.drop_schema_ddl(staging))
             if migrations.schema_is_empty(conn, db.schema):
                 conn.exec_driver_sql(backend.drop_schema_ddl(db.schema))

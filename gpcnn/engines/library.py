@@ -151,4 +151,6 @@ class Library:
         t, me = self._tables, self._me
         w, m = t.model_weights, t.models
         self.conn.execute(w.delete().where(w.c.name == name, w.c.created_by == me))
-        return self.conn.execute(m.delete().where(m.c.name == name, m.c.created_by == me)).rowcount > 0
+        return (
+            self.conn.execute(m.delete().where(m.c.name == name, m.c.created_by == me)).rowcount > 0
+        )

@@ -124,7 +124,9 @@ def secure_rows(conn: sa.Connection, backend: Backend, role: str) -> None:
             {"t": qualified(backend, table)},
         ).scalar()
         if not secured:
-            conn.exec_driver_sql(f"ALTER TABLE {qualified(backend, table)} ENABLE ROW LEVEL SECURITY")
+            conn.exec_driver_sql(
+                f"ALTER TABLE {qualified(backend, table)} ENABLE ROW LEVEL SECURITY"
+            )
     for key, statement in policies(backend, role).items():
         if key not in present:
             conn.exec_driver_sql(statement)

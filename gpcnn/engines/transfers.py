@@ -80,8 +80,6 @@ def sent(backend: ChunkTables, vector: np.ndarray) -> Iterator[int]:
         delete_transfer(backend, transfer)
 
 
-
-
 @dataclass(frozen=True)
 class StoredStart:
     """A start already stored: the ``weights`` checkpoint of ``iteration`` of run ``run_id``, the

@@ -53,8 +53,7 @@ def _typed(source: str, columns) -> str:
 # (no function of the reader's sees a row before this filter). No catalog table in the filter: on
 # Greenplum that would run on the coordinator as a segment, a connection of its own.
 READERS_ROWS = (
-    "created_by = CAST(CURRENT_USER AS text) "
-    "OR pg_catalog.current_setting('is_superuser') = 'on'"
+    "created_by = CAST(CURRENT_USER AS text) OR pg_catalog.current_setting('is_superuser') = 'on'"
 )
 
 

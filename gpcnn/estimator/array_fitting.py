@@ -46,8 +46,9 @@ class ArrayFitting:
             self._arrays_fitted = None
             return X
         if model is not None:  # before anything is staged
-            pixels.fitted_shape(pixels.item_shape(X), model.input_shape[1:], where="X",
-                                caller=type(self).__name__)  # fmt: skip
+            pixels.fitted_shape(
+                pixels.item_shape(X), model.input_shape[1:], where="X", caller=type(self).__name__
+            )
         if classes is None:
             units = None if model is None else int(model.output_shape[-1])
             classes, codes = arrays.fit_classes(y, units)
@@ -55,9 +56,13 @@ class ArrayFitting:
             codes = arrays.known_classes(y, classes)
         indices = np.array_equal(classes, np.arange(len(classes)))
         name = staging.stage(
-            db, X, codes, num_classes=len(classes), seed=self.seed,
+            db,
+            X,
+            codes,
+            num_classes=len(classes),
+            seed=self.seed,
             class_names=None if indices else [str(c) for c in classes],
-        )  # fmt: skip
+        )
         staged = self.__dict__.setdefault("_staged", [])
         staged.append(name)
         if "_staged_finalizer" not in self.__dict__:

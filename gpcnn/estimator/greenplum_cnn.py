@@ -379,21 +379,40 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
         warm = (self.warm_start if warm is None else warm) and hasattr(self, "model_")
         history = list(self.history_) if warm and resume is None else []
         start = loop.initialize(
-            db, info, model_json, manifest, params, resume,
+            db,
+            info,
+            model_json,
+            manifest,
+            params,
+            resume,
             self.model_ if warm else model,
-        )  # fmt: skip
+        )
         self._drop_fitted_models()
         history = start.stored.iterations if start.stored is not None else history
         self._adopt(info, start.run_id, model_json, options, history)
         validation = Validation(db, source, self.validation_freq, model_json, options)
         plan = loop.Plan(
-            db, info, start.run_id, model_json, options, manifest, rule, slices,
-            int(self.local_epochs), validation,
-        )  # fmt: skip
+            db,
+            info,
+            start.run_id,
+            model_json,
+            options,
+            manifest,
+            rule,
+            slices,
+            int(self.local_epochs),
+            validation,
+        )
         loop.run(
-            plan, start, model=self.model_, history=self.history_, held=self._held(),
-            callbacks=callbacks, verbose=self.verbose, total=total,
-        )  # fmt: skip
+            plan,
+            start,
+            model=self.model_,
+            history=self.history_,
+            held=self._held(),
+            callbacks=callbacks,
+            verbose=self.verbose,
+            total=total,
+        )
         return self
 
     def _segment_options(

@@ -303,10 +303,14 @@ class GreenplumModelSearch(BaseEstimator):
             )
         configs = self.configurations()
         self.estimators_ = fit_multiple(
-            self.database, X, configs, epochs=self.epochs,
-            validation_table=self.validation_table, resume=resume,
+            self.database,
+            X,
+            configs,
+            epochs=self.epochs,
+            validation_table=self.validation_table,
+            resume=resume,
             **dict(self.estimator_params or {}),
-        )  # fmt: skip
+        )
         metric = "val_accuracy" if self.validation_table is not None else "accuracy"
         scores = [est.history_[-1][metric] for est in self.estimators_]
         order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))

@@ -42,9 +42,13 @@ class Predicting:
     def _evaluate_table(self, info: ImageTable, options: SegmentOptions) -> dict:
         with self._holding_sessions() as sessions:
             return evaluate_table(
-                self._db(), sessions, info, self._model_json, options,
+                self._db(),
+                sessions,
+                info,
+                self._model_json,
+                options,
                 wire.model_to_bytes(self.model_),
-            )  # fmt: skip
+            )
 
     def _weights(self) -> np.ndarray:
         """``model_``'s weights as the one vector that predictions send."""

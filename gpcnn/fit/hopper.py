@@ -86,9 +86,7 @@ def train(db: Database, info: ImageTable, members: Sequence[Member], epochs: int
     for m in members:  # a schedule's step continues after a resume
         per_epoch = sum(math.ceil(n / m.options.batch_size) for key in part.sizes for n in key)
         m.batches = len(m.history) * per_epoch
-    sessions = {
-        m.run_id: db.backend.open_sessions(1, m.options.threads) for m in members
-    }  # fmt: skip
+    sessions = {m.run_id: db.backend.open_sessions(1, m.options.threads) for m in members}
     try:
         for epoch in range(min(len(m.history) for m in members) + 1, epochs + 1):
             _epoch(db, info, keys, part, members, sessions, epoch)
@@ -122,11 +120,17 @@ def _epoch(db, info, keys, part, members, sessions, epoch: int) -> None:
             moving = {i: key for i, key in hop.items() if i in behind}
             trainings = [
                 pool.submit(
-                    _visit, db, info, part, keys.index(key), members[i], sessions[members[i].run_id],
+                    _visit,
+                    db,
+                    info,
+                    part,
+                    keys.index(key),
+                    members[i],
+                    sessions[members[i].run_id],
                     (epoch - 1) * len(keys) + len(done[i]) + 1,
                 )
                 for i, key in moving.items()
-            ]  # fmt: skip
+            ]
             for i, future in zip(moving, trainings, strict=True):
                 done[i].append(future.result())
     for i in sorted(behind):
@@ -139,9 +143,11 @@ def _visit(db, info, part, index: int, member: Member, sessions, visit: int) -> 
     and optimizer state train on key ``info.keys[index]``'s buffers and come back; returns the
     hop's metrics."""
     key = info.keys[index]
-    start = member.weights if member.optimizer is None else np.concatenate(
-        [member.weights, member.optimizer]
-    )  # fmt: skip
+    start = (
+        member.weights
+        if member.optimizer is None
+        else np.concatenate([member.weights, member.optimizer])
+    )
     options = member.options.for_iteration(
         iteration=visit, optimizer_sent=member.optimizer is not None, **member.rate(member.batches)
     )

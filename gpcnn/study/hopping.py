@@ -123,10 +123,17 @@ def run_hopper(db: Database, specs: Sequence[RunSpec], out: Path, *, path=None, 
         )
     first = specs[0]
     estimators = fit_multiple(
-        db, train, configs, epochs=first.iterations, validation_table=test, resume=resume,
+        db,
+        train,
+        configs,
+        epochs=first.iterations,
+        validation_table=test,
+        resume=resume,
         on_start=lambda ids: ids_file.write_text(json.dumps(ids)),
-        shuffle=first.shuffle, seed=first.seed, verbose=0,
-    )  # fmt: skip
+        shuffle=first.shuffle,
+        seed=first.seed,
+        verbose=0,
+    )
     for spec, est, done in zip(specs, estimators, files, strict=True):
         done.write_text(json.dumps({"spec": asdict(spec), "history": est.history_}, indent=1))
     if progress:
@@ -210,33 +217,40 @@ def _report(runs, configurations: dict[str, str], histories, target: float | Non
     lines += _per_configuration(
         f"The hopper against each merge at epoch {last} (points, the difference of the means "
         "± twice its standard error, and the study's verdict):",
-        configurations, methods[1:],
+        configurations,
+        methods[1:],
         lambda m, name: _difference(values(HOPPER, name, last), values(m, name, last)),
-    )  # fmt: skip
+    )
     if target is not None:
         lines += _per_configuration(
-            f"Epochs to {target:g} validation accuracy (each seed's):", configurations, methods,
+            f"Epochs to {target:g} validation accuracy (each seed's):",
+            configurations,
+            methods,
             lambda m, name: ", ".join(
                 "never" if (r := report.epochs_to(h, target)) is None else f"{r:g}"
                 for h in histories[m, name]
             ),
-        )  # fmt: skip
+        )
     window = range(max(1, last - 4), last + 1)
     lines += _per_configuration(
-        f"Mean validation accuracy of epochs {window[0]}–{window[-1]}:", configurations, methods,
+        f"Mean validation accuracy of epochs {window[0]}–{window[-1]}:",
+        configurations,
+        methods,
         lambda m, name: report.cell(
             [
                 sum(report.at_epoch(h, e, "val_accuracy") for e in window) / len(window)
                 for h in histories[m, name]
             ]
         ),
-    )  # fmt: skip
+    )
     lines += ["", "| method | best configuration | its accuracy | selection wall s |"]
     lines += ["|---|---|---|---|"]
     best = {}
     for m in methods:
         best[m] = max(configurations, key=lambda name: sum(values(m, name, last)))
-        wall = [_wall(m, [histories[m, name][i] for name in configurations]) for i in range(len(seeds))]
+        wall = [
+            _wall(m, [histories[m, name][i] for name in configurations]) for i in range(len(seeds))
+        ]
         finals = report.cell(values(m, best[m], last))
         lines.append(f"| {m} | {configurations[best[m]]} | {finals} | {report.cell(wall, 0)} |")
     same = len(set(best.values())) == 1

@@ -180,8 +180,14 @@ def figures(rows: Sequence[dict], rules: Sequence[str]) -> dict[str, Figure]:
                     style = _style(settings[setting][0][0], by_frequency, rules)
                     (line,) = ax.plot(xs, means, label=labels[setting], gid=setting, **style)
                     if sds is not None:
-                        ax.fill_between(xs, means - sds, means + sds, color=line.get_color(),
-                                        alpha=0.2, linewidth=0)  # fmt: skip
+                        ax.fill_between(
+                            xs,
+                            means - sds,
+                            means + sds,
+                            color=line.get_color(),
+                            alpha=0.2,
+                            linewidth=0,
+                        )
                 ax.set_title(title)
                 ax.set_xlabel("epochs of data seen" if x == "epoch" else "iteration (merges)")
                 ax.grid(alpha=0.3)
@@ -214,16 +220,24 @@ def diagnostics_figure(
         if xs:
             drift.plot(xs, means, color=color, marker="o", markersize=3, label=label, gid=name)
             if sds is not None:
-                drift.fill_between(xs, means - sds, means + sds, color=color, alpha=0.2,
-                                   linewidth=0)  # fmt: skip
+                drift.fill_between(
+                    xs, means - sds, means + sds, color=color, alpha=0.2, linewidth=0
+                )
         segments = sorted(
             {k for row in runs[0] for k in row if k.startswith("loss_segment_")},
             key=lambda k: int(k.rsplit("_", 1)[1]),
         )
         for j, column in enumerate(segments):
             xs, means, _ = _series(runs[:1], x, column)
-            losses.plot(xs, means, color=color, linewidth=0.8, alpha=0.8,
-                        label=label if j == 0 else None, gid=f"{name}/{column}")  # fmt: skip
+            losses.plot(
+                xs,
+                means,
+                color=color,
+                linewidth=0.8,
+                alpha=0.8,
+                label=label if j == 0 else None,
+                gid=f"{name}/{column}",
+            )
     drift.set_title("drift ratio (spread / merged step)")
     losses.set_title("training loss of each segment")
     for ax in (drift, losses):

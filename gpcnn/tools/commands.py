@@ -173,8 +173,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 HISTORY_COLUMNS = (
-    "iteration", "epoch", "loss", "accuracy", "val_loss", "val_accuracy", "seconds", "drift_ratio"
-)  # fmt: skip
+    "iteration",
+    "epoch",
+    "loss",
+    "accuracy",
+    "val_loss",
+    "val_accuracy",
+    "seconds",
+    "drift_ratio",
+)
 
 
 def _number(value, width: int, digits: int = 4) -> str:

@@ -43,9 +43,14 @@ def model():
 
 def estimator(iterations: int = 1) -> gpcnn.GreenplumCNN:
     return gpcnn.GreenplumCNN(
-        model(), iterations=iterations, batch_size=2, seed=1, database=db,
-        threads_per_segment=1, verbose=0,
-    )  # fmt: skip
+        model(),
+        iterations=iterations,
+        batch_size=2,
+        seed=1,
+        database=db,
+        threads_per_segment=1,
+        verbose=0,
+    )
 
 
 fitted = estimator().fit(table)  # what evaluate and predict use
