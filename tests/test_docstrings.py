@@ -1,8 +1,9 @@
 """Every public name is documented in numpydoc, and every command of the CLI says what it does.
 
 The public names are ``gpcnn.__all__``, ``gpcnn.datasets.__all__`` and ``gpcnn.models.__all__``, and
-the public methods and properties of their classes. numpydoc's own validator checks them with the
-rules below; the API reference of the documentation site is generated from the same docstrings.
+the public methods and properties of their classes, and the plug-in API (``PLUGIN_API``).
+numpydoc's own validator checks them with the rules below; the API reference of the documentation
+site is generated from the same docstrings.
 """
 
 from __future__ import annotations
@@ -31,6 +32,21 @@ CHECKS = {
     "YD01": "no Yields section",
 }
 PUBLIC_MODULES = (gpcnn, gpcnn.datasets, gpcnn.models)
+# The plug-in API (docs/api.md, "Plug-ins"): what a package implements and registers to add an
+# engine, a merge rule or an image reader.
+PLUGIN_API = (
+    "gpcnn.engines.register_engine",
+    "gpcnn.engines.unregister_engine",
+    "gpcnn.engines.load_plugins",
+    "gpcnn.engines.Backend",
+    "gpcnn.engines.Dispatch",
+    "gpcnn.engines.ServerFacts",
+    "gpcnn.fit.rules.register_rule",
+    "gpcnn.fit.rules.unregister_rule",
+    "gpcnn.fit.rules.MergeRule",
+    "gpcnn.fit.rules.Range",
+    "gpcnn.data.sources.ImageSource",
+)
 # Methods of GreenplumCNN that come from its mixins (the same object, documented once there).
 MIXED_IN = ("predict", "predict_proba", "evaluate", "score", "save", "load")
 
@@ -53,7 +69,7 @@ def public_names() -> list[str]:
                 if obj is gpcnn.GreenplumCNN:
                     members += MIXED_IN
                 names += [f"{qualified}.{m}" for m in sorted(set(members))]
-    return names
+    return names + list(PLUGIN_API)
 
 
 @pytest.mark.parametrize("name", public_names())

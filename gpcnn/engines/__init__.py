@@ -1,7 +1,8 @@
 """The engine layer: every statement gpcnn sends, one backend per engine behind one handle.
 
 ``connect`` gives the handle (``Database``), whose backend comes from the registry of engines
-(``registry``: ``register_engine``, detected from the server or named). An engine is one module
+(``registry``: ``register_engine``, detected from the server or named; other packages' engines
+come through the entry-point group ``gpcnn.engines``). An engine is one module
 (``postgres``, ``greenplum``) with its statements (a ``compiler.Compiler``: strings only), its
 ``base.Backend`` (runs them) and its dispatch modes (``dispatch``: how an iteration reaches the
 segments, as objects). How vectors travel: ``copying`` (binary COPY), ``transfers`` (the vectors
@@ -28,11 +29,16 @@ from gpcnn.engines.registry import (
     ServerFacts,
     dispatch_names,
     error_place,
+    load_plugins,
     register_engine,
     unregister_engine,
 )
 
+ENGINE_PLUGINS = "gpcnn.engines"  # the entry-point group of engines from other packages
+load_plugins(ENGINE_PLUGINS)  # after the built-in engines, which a plug-in's may extend
+
 __all__ = [
+    "ENGINE_PLUGINS",
     "Backend",
     "Compiler",
     "Connection",
@@ -51,6 +57,7 @@ __all__ = [
     "connect",
     "dispatch_names",
     "error_place",
+    "load_plugins",
     "register_engine",
     "release_sessions",
     "unregister_engine",

@@ -47,7 +47,22 @@ class ServerPlace:
 
 class Backend(Compiler):
     """An engine gpcnn runs on, bound to a SQLAlchemy engine, gpcnn's schema and a dispatch
-    (``dispatch``: its name, None for the engine's own; ``dispatcher``: the object)."""
+    (``dispatch``: its name, None for the engine's own; ``dispatcher``: the object).
+
+    An engine subclasses it (its statements come from its ``Compiler``), lists its dispatch modes
+    in ``dispatch_modes`` and registers itself (``register_engine``).
+
+    Parameters
+    ----------
+    engine : sqlalchemy.Engine
+        The connections' engine (``Database.engine``).
+    schema : str, default "gpcnn"
+        gpcnn's schema on that server.
+    dispatch : str, optional
+        One of the engine's ``dispatch_modes`` by name; None: its first, the engine's own.
+    chunk_bytes : int, optional
+        The size of the chunks vectors travel in (default 1 MiB).
+    """
 
     # the dispatches this engine runs, its own first
     dispatch_modes: ClassVar[tuple[type[Dispatch], ...]] = (SessionPerSegment, OneStatement)

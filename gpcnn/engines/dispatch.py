@@ -55,7 +55,13 @@ class Backend(ChunkTables, Protocol):
 class Dispatch:
     """How iterations reach the segments, for ``backend``; an engine names the classes it runs
     (``dispatch_modes``). Subclasses say how many sessions a fit opens and which keys each
-    statement serves; the runs below use that, and a subclass may replace them."""
+    statement serves; the runs below use that, and a subclass may replace them.
+
+    Parameters
+    ----------
+    backend : Backend
+        The engine whose statements it runs.
+    """
 
     name: ClassVar[str] = "abstract"
     per_segment_sessions: ClassVar[bool] = False

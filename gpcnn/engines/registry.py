@@ -1,9 +1,13 @@
 """The registry of engines: which ``Backend`` class serves a server, by name or detected from what
 the server says it is; an engine module registers its backend on import, as a third party's would.
+Installed packages add theirs through entry points (``load_plugins``: the group ``gpcnn.engines``
+for engines, ``gpcnn.rules`` for merge rules), loaded once gpcnn's own are registered.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,7 +21,16 @@ SERVER_FACTS_SQL = "SELECT version(), current_setting('gp_role', true)"
 
 @dataclass(frozen=True)
 class ServerFacts:
-    """What a server says it is: ``version()`` and its ``gp_role`` setting (None: no such)."""
+    """What a server says it is, for an engine's ``detects``.
+
+    Parameters
+    ----------
+    version : str
+        The server's ``version()``.
+    gp_role : str or None
+        Its ``gp_role`` setting (Greenplum and Cloudberry); None where the server has no such
+        setting.
+    """
 
     version: str
     gp_role: str | None
@@ -58,7 +71,18 @@ def register_engine(
 
 
 def unregister_engine(name: str) -> None:
-    """Forget the engine ``name`` (handles already open keep their backend)."""
+    """Forget the engine ``name`` (handles already open keep their backend).
+
+    Parameters
+    ----------
+    name : str
+        A registered engine's name.
+
+    Raises
+    ------
+    KeyError
+        No engine of that name is registered.
+    """
     if _engines.pop(name, None) is None:
         raise KeyError(f"no engine named {name!r} is registered")
 
@@ -97,3 +121,41 @@ def error_place(text: str) -> tuple[ServerPlace | None, str]:
         found, text = engine.backend_class.error_place(text)
         place = place or found
     return place, text
+
+
+# entry-point group -> the plug-ins loaded from it, by entry-point name
+PLUGINS: dict[str, list[str]] = {}
+
+
+def load_plugins(group: str) -> list[str]:
+    """Import every module that an installed distribution names in the entry-point group
+    ``group`` (``gpcnn.engines``, ``gpcnn.rules``): importing one registers what it defines, as
+    importing gpcnn's own modules does. A plug-in that fails to load is skipped with a warning
+    that names it; gpcnn goes on without it.
+
+    Parameters
+    ----------
+    group : str
+        The entry-point group, e.g. ``"gpcnn.engines"``.
+
+    Returns
+    -------
+    list of str
+        The names of the entry points loaded from ``group`` so far (``PLUGINS[group]``).
+    """
+    loaded = PLUGINS.setdefault(group, [])
+    for entry in importlib.metadata.entry_points(group=group):
+        if entry.name in loaded:
+            continue
+        try:
+            entry.load()
+        except Exception as e:  # a broken plug-in must not break gpcnn
+            warnings.warn(
+                f"gpcnn plug-in {entry.name!r} ({group}: {entry.value}) did not load: "
+                f"{type(e).__name__}: {e}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        loaded.append(entry.name)
+    return loaded

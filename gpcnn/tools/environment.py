@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+import gpcnn.fit.rules  # noqa: F401  (its plug-ins, loaded on import, are reported)
 from gpcnn.deprecation import database_argument
-from gpcnn.engines import Database, DatabaseError, connect
+from gpcnn.engines import Database, DatabaseError, connect, registry
 from gpcnn.engines.install import InstallError, ensure_installed, ensure_plpython
 
 
@@ -23,6 +24,7 @@ class EnvironmentReport:
     probes: list[dict] = field(default_factory=list)
     schema: str = "gpcnn"
     facts: dict = field(default_factory=dict)  # Backend.doctor_facts()
+    plugins: dict = field(default_factory=dict)  # entry-point group -> plug-ins loaded from it
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -34,6 +36,9 @@ class EnvironmentReport:
             f"segments: {self.segments} (default K for new image tables)",
             f"gpcnn:    {self.installed} installed",
         ]
+        loaded = [f"{group} {', '.join(names)}" for group, names in self.plugins.items() if names]
+        if loaded:
+            lines.append(f"plug-ins: {'; '.join(loaded)}")
         for p in self.probes:
             where = "server" if p["segment"] < 0 else f"segment {p['segment']}"
             threads = p["tf_threads"] or "TensorFlow's default"
@@ -226,4 +231,5 @@ def check_environment(database: Database | str | None = None) -> EnvironmentRepo
         probes=probes,
         schema=db.schema,
         facts=backend.doctor_facts(),
+        plugins={group: list(names) for group, names in registry.PLUGINS.items()},
     )

@@ -20,7 +20,8 @@ local-step hooks it names in ``in_database`` (``gpcnn.kernel.local_steps``: ``pr
 ``correction``), the extras those read from each segment's start (``start_extras``) and give
 back to ``update``, by name (the start and trained vectors' parts: ``gpcnn.kernel.layout``).
 Only code that ``gpcnn install`` ships runs in the database: a rule defined outside gpcnn (a
-plug-in, registered with ``register_rule``) combines the registered hooks, with a client-side
+plug-in, registered with ``register_rule``, in a package that names its module in the entry-point
+group ``gpcnn.rules``) combines the registered hooks, with a client-side
 part of its own (tests/test_rule_plugins.py defines one).
 """
 
@@ -45,8 +46,14 @@ from gpcnn.fit.rules.fedadam import FedAdam  # isort: skip
 from gpcnn.fit.rules.fedyogi import FedYogi  # isort: skip
 from gpcnn.fit.rules.fednova import FedNova  # isort: skip
 
+from gpcnn.engines.registry import load_plugins  # isort: skip
+
+RULE_PLUGINS = "gpcnn.rules"  # the entry-point group of merge rules from other packages
+load_plugins(RULE_PLUGINS)  # after the built-in rules, in the order installed
+
 __all__ = [
     "RULES",
+    "RULE_PLUGINS",
     "Average",
     "BlockMomentum",
     "ElasticAveraging",

@@ -21,8 +21,17 @@ def _no_detail(value: object) -> str:
 
 @dataclass(frozen=True)
 class Range:
-    """A real option's allowed values: in words, with why (``allowed``), as a test, and what a
-    refusal adds about the value given (``detail``)."""
+    """A real option's allowed values.
+
+    Parameters
+    ----------
+    allowed : str
+        The values in words, with why (a refusal quotes it).
+    test : callable
+        Whether a value (a float, or a str for an option whose default is one) is allowed.
+    detail : callable, optional
+        What a refusal adds about the value given.
+    """
 
     allowed: str
     test: Callable[[Any], bool]  # a float, or a str for an option whose default is one
@@ -63,7 +72,15 @@ class MergeRule:
     needs each segment's model back (``needs_segments``) and the positions of the statistics
     (``statistics``, from ``gpcnn.kernel.layout.moving_statistics``). The fit calls ``merge``,
     which pools them, records the optimizer steps each segment took (``steps``) and calls
-    ``update``."""
+    ``update``.
+
+    Parameters
+    ----------
+    trainable : ndarray of bool
+        Which values of the flat weight vector are trainable (the rest merge as the average).
+    batchnorm_statistics : {"averaged", "pooled"}
+        How BatchNorm moving statistics merge, as above.
+    """
 
     per_segment: ClassVar[bool] = False  # needs each segment's model back, not only the average
     validates_segments: ClassVar[bool] = False  # the validation evaluates each segment's model too

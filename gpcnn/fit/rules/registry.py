@@ -25,8 +25,21 @@ ANY_REAL = Range("a finite real number", lambda x: True)
 def register_rule(
     name: str, words: str | None = None
 ) -> Callable[[type[MergeRule]], type[MergeRule]]:
-    """A class decorator: the rule is ``merge=name`` from now on, ``words`` in a figure's legend
-    (its name if not given). A name already taken is an error: ``unregister_rule`` it first."""
+    """A class decorator: the rule is ``merge=name`` from now on.
+
+    Parameters
+    ----------
+    name : str
+        What ``merge=`` calls the rule. A name already taken is an error: ``unregister_rule`` it
+        first.
+    words : str, optional
+        The rule in a figure's legend (its name if not given).
+
+    Returns
+    -------
+    callable
+        The decorator, which registers a ``MergeRule`` subclass and returns it unchanged.
+    """
 
     def register(cls: type[MergeRule]) -> type[MergeRule]:
         if name in RULES:
@@ -39,7 +52,18 @@ def register_rule(
 
 
 def unregister_rule(name: str) -> type[MergeRule]:
-    """Remove rule ``name`` (a plug-in's, e.g. when a test ends); its class is returned."""
+    """Remove rule ``name`` (a plug-in's, e.g. when a test ends).
+
+    Parameters
+    ----------
+    name : str
+        A registered rule's name.
+
+    Returns
+    -------
+    type[MergeRule]
+        The rule's class.
+    """
     return RULES.pop(name)
 
 
