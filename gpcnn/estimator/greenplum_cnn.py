@@ -11,7 +11,7 @@ import gc
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
@@ -133,6 +133,9 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
     >>> est.fit("fm.train").score("fm.test")  # doctest: +SKIP
     0.87
     """
+
+    # what each parameter may be, declared (scikit-learn's convention), checked by every fit
+    _parameter_constraints: ClassVar[dict] = parameters.PARAMETER_CONSTRAINTS
 
     def __init__(
         self,

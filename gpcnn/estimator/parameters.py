@@ -1,5 +1,7 @@
-"""The estimator's parameters, checked before any work, and the stored form (JSON-able values) of
-its parameters, as stored with each run, and of its fitted state, in a saved estimator's sidecar."""
+"""The estimator's parameters, checked before any work against their declared constraints
+(``PARAMETER_CONSTRAINTS``, the estimator's ``_parameter_constraints``), and the stored form
+(JSON-able values) of its parameters, as stored with each run, and of its fitted state, in a saved
+estimator's sidecar."""
 
 from __future__ import annotations
 
@@ -8,58 +10,67 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpcnn.engines import Database
+from gpcnn.estimator.constraints import (
+    NO_VALIDATION,
+    Booleans,
+    Constraint,
+    Integers,
+    Lists,
+    Options,
+    validate,
+)
 from gpcnn.fit import compiling, rules
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, SegmentOptions
 
-POSITIVE = ("batch_size", "iterations", "local_epochs")
 REMOVED = ("schema", "validation_data", "progress")  # parameters of gpcnn 0.1
+
+POSITIVE = Integers(low=1)
+# Every parameter of GreenplumCNN and what its value may be (one of the constraints); the
+# parameters marked NO_VALIDATION are checked where they are used (the model, the optimizer and
+# loss by Keras and the config check, the table names by the table layer, the rule's options by
+# the rule).
+PARAMETER_CONSTRAINTS: dict[str, list[Constraint] | str] = {
+    "model": NO_VALIDATION,
+    "merge": [Options(lambda: rules.RULES)],
+    "merge_options": NO_VALIDATION,
+    "iterations": [POSITIVE],
+    "merges_per_epoch": [
+        POSITIVE,
+        Lists(
+            POSITIVE,
+            "a non-empty list of them (merges in each epoch, the last repeating, e.g. [8, 8, 1])",
+        ),
+    ],
+    "local_epochs": [POSITIVE],
+    "batch_size": [POSITIVE],
+    "optimizer": NO_VALIDATION,
+    "learning_rate": NO_VALIDATION,
+    "loss": NO_VALIDATION,
+    "metrics": NO_VALIDATION,
+    "optimizer_state": [Options(OPTIMIZER_STATES)],
+    "shuffle": [Booleans()],
+    "seed": NO_VALIDATION,
+    "threads_per_segment": NO_VALIDATION,
+    "validation_table": NO_VALIDATION,
+    "validation_freq": [POSITIVE, Lists(POSITIVE, "a list of iterations")],
+    "verbose": [Options((0, 1, 2), "0, 1 or 2 (as in Keras)")],
+    "warm_start": NO_VALIDATION,
+    "database": NO_VALIDATION,
+}
 
 
 def check(params: dict) -> None:
-    """Refuse parameters that no fit can use, saying which and what to choose."""
-    merge, policy = params["merge"], params["optimizer_state"]
-    if merge not in rules.RULES:
-        raise ValueError(f"merge={merge!r}: choose one of {', '.join(rules.RULES)}")
-    if policy not in OPTIMIZER_STATES:
-        raise ValueError(f"optimizer_state={policy!r}: choose one of {OPTIMIZER_STATES}")
-    for name in POSITIVE:
-        value = params[name]
-        if not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if not isinstance(params["shuffle"], bool | np.bool_):
-        raise ValueError(f"shuffle must be True or False, got {params['shuffle']!r}")
-    verbose = params["verbose"]
-    if verbose not in (0, 1, 2) or isinstance(verbose, bool):
-        raise ValueError(f"verbose must be 0, 1 or 2 (as in Keras), got {verbose!r}")
-    freq = params["validation_freq"]
-    if isinstance(freq, int | np.integer) and not isinstance(freq, bool):
-        if freq < 1:
-            raise ValueError(f"validation_freq must be >= 1, got {freq}")
-    elif not (isinstance(freq, Sequence) and all(isinstance(i, int) and i >= 1 for i in freq)):
-        raise ValueError(
-            f"validation_freq must be a positive integer or a list of iterations, got {freq!r}"
-        )
-    merges = _merges_per_epoch(params["merges_per_epoch"])
-    if params["local_epochs"] > 1 and max(merges) > 1:
+    """Refuse parameters that no fit can use, saying which and what to choose: each against its
+    constraints (``PARAMETER_CONSTRAINTS``), then what holds between parameters."""
+    validate(PARAMETER_CONSTRAINTS, params)
+    if params["local_epochs"] > 1 and max(merges_per_epoch(params["merges_per_epoch"])) > 1:
         raise ValueError("local_epochs > 1 needs merges_per_epoch=1 (one merge per pass)")
     compiling.check_metrics(params["metrics"])
 
 
-def _positive(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 1
-
-
-def _merges_per_epoch(value: object) -> list[int]:
-    """A count, or a per-epoch schedule of counts (the last repeating), as a list."""
-    if _positive(value):
-        return [int(value)]
-    listed = isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
-    if listed and all(_positive(m) for m in value):
-        return [int(m) for m in value]
-    raise ValueError(
-        f"merges_per_epoch must be a positive integer or a non-empty list of them (merges in "
-        f"each epoch, the last repeating, e.g. [8, 8, 1]), got {value!r}"
-    )
+def merges_per_epoch(value: int | Sequence[int]) -> list[int]:
+    """A checked count, or per-epoch schedule of counts (the last repeating), as a list."""
+    return [int(m) for m in value] if isinstance(value, Sequence) else [int(value)]
 
 
 def stored(params: dict) -> dict:
