@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError as DriverError
 from gpcnn.engines.base import Backend, ServerPlace
 from gpcnn.engines.compiler import Compiler
 from gpcnn.engines.database import Database, connect, release_sessions
-from gpcnn.engines.dispatch import Dispatch, OneStatement, SessionPerSegment
+from gpcnn.engines.dispatch import Dispatch, OneStatement, SessionPerSegment, TrainingCall
 from gpcnn.engines.greenplum import GreenplumBackend, GreenplumCompiler
 from gpcnn.engines.postgres import PostgresBackend, PostgresCompiler
 from gpcnn.engines.registry import (
@@ -54,6 +54,7 @@ __all__ = [
     "ServerFacts",
     "ServerPlace",
     "SessionPerSegment",
+    "TrainingCall",
     "connect",
     "dispatch_names",
     "error_place",

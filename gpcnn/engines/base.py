@@ -16,12 +16,15 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 import sqlalchemy as sa
 
 from gpcnn.engines.compiler import Compiler
-from gpcnn.engines.dispatch import Dispatch, OneStatement, SessionPerSegment
+from gpcnn.engines.dispatch import Dispatch, OneStatement, SessionPerSegment, TrainingCall
+from gpcnn.engines.identifiers import TableName
 from gpcnn.engines.results import Trained
 from gpcnn.engines.sessions import SegmentSessions, connect_arguments
+from gpcnn.engines.transfers import StoredStart
 
 # A chunk of a vector: one row of transfers and checkpoints, one row of a result stream. 1 MiB
 # rather than 8: the client's allocator reuses 1 MiB buffers, where it kept freed 8 MiB ones in
@@ -263,10 +266,9 @@ class Backend(Compiler):
         """A statement without results (an INSERT) for every group of keys, concurrently."""
         self.dispatcher.run(sessions, sql, params, keys)
 
-    def run_training(self, sessions: SegmentSessions, *args, **kwargs) -> Trained:
-        """One iteration's training in ``sessions``: ``Dispatch.train`` of this dispatch (its
-        arguments follow ``sessions``)."""
-        return self.dispatcher.train(sessions, *args, **kwargs)
+    def run_training(self, sessions: SegmentSessions, call: TrainingCall) -> Trained:
+        """One iteration's training in ``sessions``: ``Dispatch.train`` of this dispatch."""
+        return self.dispatcher.train(sessions, call)
 
     # One statement merges in the database only when the K trained vectors together pass this
     # (bytes): below it, the coordinator passes them on to the client, which averages them as they
@@ -281,14 +283,27 @@ class Backend(Compiler):
         in the database (on the segments, chunk by chunk) rather than here."""
         return keys * values * 4 > self.database_merge_bytes
 
-    def run_evaluation(self, sessions: SegmentSessions, *args, **kwargs) -> dict:
-        """Image-weighted loss and metrics of a model over the keys' buffers: ``Dispatch.evaluate``
-        of this dispatch (its arguments follow ``sessions``)."""
-        return self.dispatcher.evaluate(sessions, *args, **kwargs)
+    def run_evaluation(
+        self,
+        sessions: SegmentSessions,
+        *,
+        table: TableName,
+        params: dict,
+        keys: Sequence[int],
+        weights: np.ndarray | StoredStart,
+    ) -> dict:
+        """Image-weighted loss and metrics of a model over the keys' buffers of ``table``:
+        ``Dispatch.evaluate`` of this dispatch."""
+        return self.dispatcher.evaluate(
+            sessions, table=table, params=params, keys=keys, weights=weights
+        )
 
-    def run_prediction(self, sessions: SegmentSessions, *args, **kwargs) -> list[tuple[int, bytes]]:
-        """(buffer_id, probabilities) of every buffer, in buffer order: ``Dispatch.predict``."""
-        return self.dispatcher.predict(sessions, *args, **kwargs)
+    def run_prediction(
+        self, sessions: SegmentSessions, *, table: TableName, params: dict, keys: Sequence[int]
+    ) -> list[tuple[int, bytes]]:
+        """(buffer_id, probabilities) of every buffer of ``table``, in buffer order:
+        ``Dispatch.predict``."""
+        return self.dispatcher.predict(sessions, table=table, params=params, keys=keys)
 
 
 def check_chunk_bytes(chunk_bytes: int | None) -> int:

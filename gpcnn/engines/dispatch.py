@@ -18,7 +18,8 @@ subclasses ``Dispatch`` and lists the class in its backend's ``dispatch_modes``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import ClassVar, Protocol
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from gpcnn.engines import transfers
 from gpcnn.engines.copying import BinaryRows, ChunkTables
+from gpcnn.engines.identifiers import TableName
 from gpcnn.engines.results import Trained, merged_result, per_key_result
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.streaming import StreamingAverage
@@ -50,6 +52,28 @@ class Backend(ChunkTables, Protocol):
     def prediction_sql(self, table_sql: str) -> str: ...
 
     def copy_out_sql(self, query: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class TrainingCall:
+    """One iteration's training, as the fit hands it to the engine (``Backend.run_training``).
+
+    ``table``: the image table; ``params``: the statement's parameters (model, options, ...);
+    ``keys``: the segments that train; ``starts``: key -> start vector (or ``EVERY_KEY``), or a
+    ``StoredStart``; ``merged``: the image-weighted average comes back (else each key's vector);
+    ``into``: where the average may be written (a vector whose values are no longer needed);
+    ``on_chunk``: told each chunk of the average as it is whole; ``reference``: the start's
+    weights, that the merge's step is measured against.
+    """
+
+    table: TableName
+    params: dict
+    keys: Sequence[int]
+    starts: Mapping[int, np.ndarray] | StoredStart
+    merged: bool
+    into: np.ndarray | None = None
+    on_chunk: Callable[[int, np.ndarray], None] | None = None
+    reference: np.ndarray | None = None
 
 
 class Dispatch:
@@ -89,30 +113,20 @@ class Dispatch:
         rows = sessions.map(sql, [{**params, "group": group} for group in groups], binary)
         return [row for group_rows in rows for row in group_rows]
 
-    def train(
-        self,
-        sessions: SegmentSessions,
-        table_sql: str,
-        params: dict,
-        keys: Sequence[int],
-        starts: Mapping[int, np.ndarray] | StoredStart,
-        merged: bool,
-        into: np.ndarray | None = None,
-        on_chunk=None,
-        reference: np.ndarray | None = None,
-    ) -> Trained:
-        """One iteration's training from ``starts`` (key -> start vector, or ``EVERY_KEY``; or a
-        ``StoredStart``): the image-weighted average of the trained vectors with the merged
-        metrics, or (not ``merged``) each key's vector and metrics. When one statement serves
-        every key and the K vectors are large enough, the database merges them; else they are
-        merged here, chunk by chunk, the same way, into ``into`` when given and of the average's
-        size (a vector whose values are no longer needed: the caller's model, already sent),
-        telling ``on_chunk`` each chunk of the average as it is whole (``StreamingAverage``;
-        never called when the database merges). A merge is measured against ``reference``, the
-        start's weights, when given (``Trained.merged_step2``)."""
+    def train(self, sessions: SegmentSessions, call: TrainingCall) -> Trained:
+        """One iteration's training from ``call.starts``: the image-weighted average of the
+        trained vectors with the merged metrics, or (not ``call.merged``) each key's vector and
+        metrics. When one statement serves every key and the K vectors are large enough, the
+        database merges them; else they are merged here, chunk by chunk, the same way, into
+        ``call.into`` when given and of the average's size (the caller's model, already sent),
+        telling ``call.on_chunk`` each chunk of the average as it is whole (``StreamingAverage``;
+        never called when the database merges). A merge is measured against ``call.reference``
+        when given (``Trained.merged_step2``)."""
         backend = self.backend
+        keys, starts, merged, reference = call.keys, call.starts, call.merged, call.reference
+        table_sql = call.table.sql(backend)
         stored = isinstance(starts, StoredStart)
-        params = with_shards(params, keys)
+        params = with_shards(call.params, keys)
         with transfers.statement_vectors(backend, starts, params) as params:
             params = {**params, "chunk_values": backend.chunk_values}
             groups = self.groups(keys, len(sessions))
@@ -122,20 +136,24 @@ class Dispatch:
                 return merged_in_database(backend, sessions, sql, params, groups[0], reference)
             sql = backend.training_sql(table_sql, None, stored)
             if merged:
-                return merged_here(self, sessions, sql, params, keys, into, on_chunk, reference)
+                return merged_here(
+                    self, sessions, sql, params, keys, call.into, call.on_chunk, reference
+                )
             return per_key(self, sessions, sql, params, keys)
 
     def evaluate(
         self,
         sessions: SegmentSessions,
-        table_sql: str,
+        *,
+        table: TableName,
         params: dict,
         keys: Sequence[int],
         weights: np.ndarray | StoredStart,
     ) -> dict:
-        """Image-weighted loss and metrics of ``weights`` over the keys' buffers: one statement
-        adds the K states in the database; several are added here in shard order."""
+        """Image-weighted loss and metrics of ``weights`` over the keys' buffers of ``table``: one
+        statement adds the K states in the database; several are added here in shard order."""
         backend = self.backend
+        table_sql = table.sql(backend)
         stored = isinstance(weights, StoredStart)
         vectors = weights if stored else {EVERY_KEY: weights}
         params = with_shards(params, keys)
@@ -154,10 +172,11 @@ class Dispatch:
         return segment.decode_result(segment.state_result(state))
 
     def predict(
-        self, sessions: SegmentSessions, table_sql: str, params: dict, keys
+        self, sessions: SegmentSessions, *, table: TableName, params: dict, keys: Sequence[int]
     ) -> list[tuple[int, bytes]]:
-        """(buffer_id, probabilities) of every buffer, in buffer order."""
-        rows = self.run(sessions, self.backend.prediction_sql(table_sql), params, keys)
+        """(buffer_id, probabilities) of every buffer of ``table``, in buffer order."""
+        sql = self.backend.prediction_sql(table.sql(self.backend))
+        rows = self.run(sessions, sql, params, keys)
         return sorted(((int(b), bytes(p)) for b, p in rows), key=lambda r: r[0])
 
 

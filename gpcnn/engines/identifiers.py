@@ -8,15 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # only for the annotation: base.py's statements take TableName themselves
-    from gpcnn.engines.base import Backend
+from typing import Protocol
 
 STAGING_SUFFIX = "__gpcnn_staging"
 IDENTIFIER_BYTES = 63  # PostgreSQL's limit (NAMEDATALEN - 1): a longer name is silently cut
 # A name leaves room for the staging suffix and a partition's within the 63-byte limit.
 MAX_NAME_BYTES = IDENTIFIER_BYTES - len(STAGING_SUFFIX) - len("__seg9999")
+
+
+class Quoting(Protocol):
+    """What naming a table needs of a backend: its quoting, and the schema that a name without
+    one means (``Backend.default_schema``)."""
+
+    @property
+    def default_schema(self) -> str | None: ...
+
+    def quote(self, name: str) -> str: ...
 
 
 class TableError(ValueError):
@@ -52,12 +59,12 @@ class TableName:
             return cls(parts[0], parts[1])
         raise TableError(f"{table!r}: expected [schema.]table")
 
-    def sql(self, backend: Backend) -> str:
+    def sql(self, backend: Quoting) -> str:
         """The name quoted for ``backend``, always with its schema (``qualified``)."""
         name = self.qualified(backend)
         return f"{backend.quote(name.schema)}.{backend.quote(name.name)}"
 
-    def qualified(self, backend: Backend) -> TableName:
+    def qualified(self, backend: Quoting) -> TableName:
         """The name with its schema: the user's default schema (``Backend.default_schema``) when
         it was given without one, as PostgreSQL would read it under the user's search path."""
         if self.schema is not None:

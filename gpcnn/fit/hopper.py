@@ -3,7 +3,7 @@ trained at once, each on one segment per hop, rotating, so every model sees ever
 once per epoch, with sequential-SGD semantics and no merge.
 
 It is the ``none`` rule's machinery (``rules.NoMerge``: a start vector per key sent through
-``transfers``, each key's trained vector back, ``run_training(merged=False)``) with the
+``transfers``, each key's trained vector back, ``TrainingCall(merged=False)``) with the
 assignment of models to keys rotated every hop. A model's optimizer state travels with it
 (the segments' ``local`` policy, sent and returned with the weights), so one model under the
 hopper is that model trained in one process over the keys' buffers in its visiting order.
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpcnn.data.tables import ImageTable
-from gpcnn.engines import Database
+from gpcnn.engines import Database, TrainingCall
 from gpcnn.engines.catalog import Catalog
 from gpcnn.fit import runs
 from gpcnn.fit.diagnostics import Diagnostics
@@ -160,15 +160,15 @@ def _visit(db, info, part, index: int, member: Member, sessions, visit: int) -> 
         "expected": [part.expected[index]],
         "options": options,
     }
+    call = TrainingCall(
+        table=info.table,
+        params=params,
+        keys=[key],
+        starts={key: np.asarray(start, np.float32)},
+        merged=False,
+    )
     result = database_call(
-        f"{member.label}, hop {visit} on key {key}",
-        db.backend.run_training,
-        sessions,
-        info.table.sql(db.backend),
-        params,
-        [key],
-        {key: np.asarray(start, np.float32)},
-        False,
+        f"{member.label}, hop {visit} on key {key}", db.backend.run_training, sessions, call
     )
     metrics, vector = result.per_key[key]
     count = member.weights.size

@@ -78,9 +78,9 @@ def probabilities(
             "prediction",
             backend.run_prediction,
             sessions,
-            info.table.sql(backend),
-            params,
-            info.keys,
+            table=info.table,
+            params=params,
+            keys=info.keys,
         )
     classes = info.num_classes
     return np.concatenate(

@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from gpcnn.data.tables import ImageTable
-from gpcnn.engines import Database
+from gpcnn.engines import Database, TrainingCall
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.transfers import EVERY_KEY, StoredStart
@@ -163,21 +163,21 @@ class Training:
             else None
         )
         try:
-            result = database_call(
-                "training",
-                self.backend.run_training,
-                self.sessions,
-                self.info.table.sql(self.backend),
-                params,
-                self.info.keys,
-                starts,
-                merged_in_db,
-                self.rule.average_buffer()
-                if merged_in_db and self.storage.model_unread()
-                else None,
-                None if streamed is None else streamed.add,
-                reference,
+            call = TrainingCall(
+                table=self.info.table,
+                params=params,
+                keys=self.info.keys,
+                starts=starts,
+                merged=merged_in_db,
+                into=(
+                    self.rule.average_buffer()
+                    if merged_in_db and self.storage.model_unread()
+                    else None
+                ),
+                on_chunk=None if streamed is None else streamed.add,
+                reference=reference,
             )
+            result = database_call("training", self.backend.run_training, self.sessions, call)
             db_seconds = time.perf_counter() - started
             metrics, average, segments, extras = self._decode(result, merged_in_db)
             diagnostics = self._diagnostics(result, segments, average)

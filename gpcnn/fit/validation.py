@@ -35,10 +35,10 @@ def evaluate_table(
         "evaluation",
         db.backend.run_evaluation,
         sessions,
-        info.table.sql(db.backend),
-        params,
-        info.keys,
-        vector,
+        table=info.table,
+        params=params,
+        keys=info.keys,
+        weights=vector,
     )
     return {k: float(v) for k, v in metrics.items()}
 
