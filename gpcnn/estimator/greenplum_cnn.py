@@ -26,6 +26,7 @@ from gpcnn.estimator.predicting import Predicting
 from gpcnn.fit import compiling, loop, model_library, rules, runs
 from gpcnn.fit.errors import TrainingError
 from gpcnn.fit.schedule import plan_slices
+from gpcnn.fit.training import Plan
 from gpcnn.fit.validation import (
     Validation,
     check_model_fits,
@@ -394,17 +395,17 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
         history = start.stored.iterations if start.stored is not None else history
         self._adopt(info, start.run_id, model_json, options, history)
         validation = Validation(db, source, self.validation_freq, model_json, options)
-        plan = loop.Plan(
-            db,
-            info,
-            start.run_id,
-            model_json,
-            options,
-            manifest,
-            rule,
-            slices,
-            int(self.local_epochs),
-            validation,
+        plan = Plan(
+            db=db,
+            info=info,
+            run_id=start.run_id,
+            model_json=model_json,
+            options=options,
+            manifest=manifest,
+            rule=rule,
+            slices=slices,
+            local_epochs=int(self.local_epochs),
+            validation=validation,
         )
         loop.run(
             plan,

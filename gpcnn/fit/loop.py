@@ -15,19 +15,17 @@ from typing import Any
 
 import numpy as np
 
-from gpcnn.data.tables import ImageTable, TableName, describe
+from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database
 from gpcnn.engines.install import ensure_installed
 from gpcnn.engines.sessions import SegmentSessions
-from gpcnn.fit import rules, runs
+from gpcnn.fit import runs
 from gpcnn.fit.diagnostics import flat_row
 from gpcnn.fit.errors import TrainingError, database_call
 from gpcnn.fit.schedule import Slice
-from gpcnn.fit.training import Training
-from gpcnn.fit.validation import Validation
+from gpcnn.fit.training import Plan, Training
 from gpcnn.kernel import wire
 from gpcnn.kernel.keras_setup import keras_module
-from gpcnn.kernel.protocol import SegmentOptions
 
 BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
 
@@ -59,26 +57,10 @@ class HeldSessions:
 
 
 def described(db: Database, table) -> ImageTable:
-    """The image table a fit trains on, gpcnn's functions installed first."""
-    name = TableName.parse(table)
+    """The image table a fit trains on (``describe`` parses and resolves its name), gpcnn's
+    functions installed first."""
     ensure_installed(db)
-    return describe(db, name)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What one fit trains: its run, table, model, options, rule and slices, and its validation."""
-
-    db: Database
-    info: ImageTable
-    run_id: int
-    model_json: str
-    options: SegmentOptions
-    manifest: list[dict]
-    rule: rules.MergeRule
-    slices: Sequence[Slice]
-    local_epochs: int
-    validation: Validation
+    return describe(db, table)
 
 
 @dataclass
@@ -143,19 +125,7 @@ def run(
         [*defaults, *(callbacks or [])], model=model, epochs=total, verbose=0, steps=None
     )
     with held(db, plan.info.segments, options.threads) as sessions:
-        training = Training(
-            db=db,
-            sessions=sessions,
-            info=plan.info,
-            run_id=plan.run_id,
-            model_json=plan.model_json,
-            options=options,
-            manifest=plan.manifest,
-            rule=plan.rule,
-            slices=plan.slices,
-            local_epochs=plan.local_epochs,
-            validation=plan.validation,
-        )
+        training = Training(plan, sessions)
         status = "finished"
         try:
             if start.stored is not None:

@@ -108,11 +108,12 @@ class IterationStore:
         run_id: int,
         retention: Retention,
         keys: int,
-        per_segment: bool,
+        own_starts: bool,
         weight_count: int,
     ) -> None:
         self.db, self.backend, self.run_id, self.retention = db, db.backend, run_id, retention
-        self.keys, self.per_segment, self.weight_count = keys, per_segment, weight_count
+        # each segment's next start is stored beside the model (per-segment rows to prune)
+        self.keys, self.own_starts, self.weight_count = keys, own_starts, weight_count
         self.rows: list[dict] = []
         self._pruner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpcnn-retention")
         self._pruning: Future | None = None
@@ -188,8 +189,8 @@ class IterationStore:
         with self.db.begin() as conn:
             Catalog(conn, self.backend).prune_checkpoints(self.run_id, keep, up_to)
         keys = self.keys
-        self._dead += 2 * keys + 1 if self.per_segment else 2
-        if self._dead >= len(keep) + (keys if self.per_segment else 0):
+        self._dead += 2 * keys + 1 if self.own_starts else 2
+        if self._dead >= len(keep) + (keys if self.own_starts else 0):
             reclaim(self.backend)
             self._dead = 0
 

@@ -15,6 +15,8 @@ layout (``gpcnn.kernel.layout``): weights, optimizer state, the extras of the ru
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -33,48 +35,53 @@ from gpcnn.kernel.layout import OPTIMIZER, WEIGHTS, model_layout
 from gpcnn.kernel.protocol import SegmentOptions
 
 
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What one fit trains: its run, table, model, options, rule and slices, and its validation
+    (a ``fit.validation.Validation``); ``Training`` is built from it."""
+
+    db: Database
+    info: ImageTable
+    run_id: int
+    model_json: str
+    options: SegmentOptions
+    manifest: list[dict]
+    rule: rules.MergeRule
+    slices: Schedule
+    local_epochs: int
+    validation: Any
+
+
 class Training:
-    """The state of one fit between iterations."""
+    """The state of one fit between iterations: the ``plan``'s, trained in ``sessions``."""
 
     def __init__(
-        self,
-        *,
-        db: Database,
-        sessions: SegmentSessions,
-        info: ImageTable,
-        run_id: int,
-        model_json: str,
-        options: SegmentOptions,
-        manifest: list[dict],
-        rule: rules.MergeRule,
-        slices: Schedule,
-        local_epochs: int,
-        validation,  # a fit.validation.Validation
-        retention: Retention | None = None,
+        self, plan: Plan, sessions: SegmentSessions, retention: Retention | None = None
     ) -> None:
+        db, info, rule, options = plan.db, plan.info, plan.rule, plan.options
         self.db, self.backend, self.sessions, self.info = db, db.backend, sessions, info
-        self.run_id, self.model_json = run_id, model_json
+        self.run_id, self.model_json = plan.run_id, plan.model_json
         self.options = options.with_local_steps(rule.in_database())
-        self.rule, self.slices, self.local_epochs = rule, slices, local_epochs
-        self.validation = validation
-        self.weight_count = sum(wire.sizes(manifest))
+        self.rule, self.slices, self.local_epochs = rule, plan.slices, plan.local_epochs
+        self.validation = plan.validation
+        self.weight_count = sum(wire.sizes(plan.manifest))
         steps = [name for name, _ in self.options.local_steps]
         self.start_layout = model_layout(self.weight_count, local_steps.sends(steps))
         self.result_layout = model_layout(self.weight_count, local_steps.returns(steps))
         self.policy = options.optimizer_state
-        # Each segment needs its own start when the rule keeps per-segment models or each
-        # segment keeps its optimizer state ("local").
-        self.per_segment = rule.per_segment or self.policy == "local"
+        # Each segment starts from a vector of its own when the rule keeps a model per segment
+        # (the rule's ``per_segment``) or each segment keeps its optimizer state ("local").
+        self.own_starts = rule.per_segment or self.policy == "local"
         self.shared_optimizer: np.ndarray | None = None
         self.segment_optimizers: dict[int, np.ndarray | None] = {k: None for k in info.keys}
         # The checkpoint just stored, when it is exactly the next start (see ``_store``).
         self.stored_start: StoredStart | None = None
         self.storage = IterationStore(
             db,
-            run_id,
+            plan.run_id,
             retention or DEFAULT_RETENTION,
             len(info.keys),
-            self.per_segment,
+            self.own_starts,
             self.weight_count,
         )
 
@@ -87,7 +94,7 @@ class Training:
 
     def start(self, weights: np.ndarray) -> None:
         self.rule.start(weights, self.info.keys)
-        if self.per_segment:
+        if self.own_starts:
             with self.db.begin() as conn:
                 Catalog(conn, self.backend).replace_segment_starts(
                     self.run_id, 0, self._segment_starts()
@@ -97,7 +104,7 @@ class Training:
         """What each segment starts this iteration from (``start_layout``): weights, then the
         optimizer state when one is sent, then the extras of the rule's local steps; one vector
         for all keys (``EVERY_KEY``) unless each has its own."""
-        if not self.per_segment:
+        if not self.own_starts:
             sent = {WEIGHTS: self.rule.sent(self.info.keys), OPTIMIZER: self.shared_optimizer}
             return {EVERY_KEY: self.start_layout.join(sent)}
         return {
@@ -307,7 +314,7 @@ class Training:
         """The iteration's row, each segment's next start and the retention rule's delete
         (``IterationStore.record``: in the background, with the checkpoint ``vectors`` when it is
         not stored yet); the next start is then that checkpoint, when it is the model sent."""
-        starts = self._segment_starts() if self.per_segment else None
+        starts = self._segment_starts() if self.own_starts else None
         self.storage.record(row, vectors, starts)
         self.stored_start = self._next_start_if_stored(row["iteration"])
 
@@ -323,6 +330,6 @@ class Training:
         """The checkpoint of ``iteration`` as the next start, when every segment starts from
         exactly the model stored there (one vector for all, no optimizer state sent). Retention
         always keeps the last checkpoint."""
-        if self.per_segment or self.shared_optimizer is not None or not self.rule.sends_model():
+        if self.own_starts or self.shared_optimizer is not None or not self.rule.sends_model():
             return None
         return StoredStart(self.run_id, iteration, self.weight_count)
