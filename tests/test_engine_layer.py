@@ -12,7 +12,7 @@ import sqlalchemy as sa
 
 import gpcnn
 from gpcnn.data.tables import TableError, describe, list_tables, load_images
-from gpcnn.engines import catalog, migrations, roles
+from gpcnn.engines import catalog, migrations, roles, shapes
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.functions import existing
 from gpcnn.engines.install import (
@@ -179,7 +179,7 @@ def test_install_on_shape_9_gives_every_row_an_owner_and_secures_the_tables(old_
         database = conn.execute(sa.text("SELECT current_database()")).scalar()
         conn.exec_driver_sql(f"DROP TABLE {s}.prediction_tables")
         conn.exec_driver_sql(f"DROP VIEW {s}.run_diagnostics, {s}.run_segment_diagnostics")
-        for table in migrations.OWNED[:-1]:
+        for table in shapes.OWNED[:-1]:
             conn.exec_driver_sql(f"ALTER TABLE {s}.{table} DISABLE ROW LEVEL SECURITY")
             conn.exec_driver_sql(f"DROP POLICY IF EXISTS gpcnn_own_rows ON {s}.{table}")
             conn.exec_driver_sql(f"DROP POLICY IF EXISTS gpcnn_members_models ON {s}.{table}")
@@ -211,7 +211,7 @@ def test_install_on_shape_9_gives_every_row_an_owner_and_secures_the_tables(old_
             ),
             {"s": s},
         ).scalars()
-        assert list(secured) == sorted(migrations.OWNED)
+        assert list(secured) == sorted(shapes.OWNED)
         policies = conn.execute(
             sa.text("SELECT count(*) FROM pg_policies WHERE schemaname = :s"), {"s": s}
         ).scalar()

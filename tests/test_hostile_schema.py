@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from tiny import dense_net, image_rows, packed
 
 import gpcnn
-from gpcnn.engines import base, database, migrations, sessions
+from gpcnn.engines import base, database, sessions, shapes
 from gpcnn.engines.roles import role_name
 
 VICTIM, ROOT, MALLORY = "gpcnn_test_victim", "gpcnn_test_root", "gpcnn_test_planter"
@@ -74,7 +74,7 @@ def superuser(native_db):
 def _drop(superuser) -> None:
     drop_planted(superuser)
     with superuser.begin() as conn:
-        for table in migrations.OWNED:
+        for table in shapes.OWNED:
             conn.execute(
                 sa.text(f"DELETE FROM {superuser.schema}.{table} WHERE created_by = ANY(:n)"),
                 {"n": [VICTIM, ROOT, MALLORY]},

@@ -15,7 +15,7 @@ from tiny import dense_net
 
 import gpcnn
 from gpcnn.data.tables import TableError
-from gpcnn.engines import migrations
+from gpcnn.engines import shapes
 from gpcnn.engines.install import InstallError, bundle_id, installed_version
 from gpcnn.engines.roles import role_name
 
@@ -74,7 +74,7 @@ def roles(superuser, password):
 def _drop_roles(superuser, names) -> None:
     """The roles, the objects they own and the rows they wrote into gpcnn's tables."""
     with superuser.begin() as conn:
-        for table in migrations.OWNED:
+        for table in shapes.OWNED:
             conn.execute(
                 sa.text(f"DELETE FROM {superuser.schema}.{table} WHERE created_by = ANY(:names)"),
                 {"names": list(names)},
@@ -255,7 +255,7 @@ def test_planted_catalog_rows_list_drop_and_block_nothing(roles, alices_work, su
     with alice.begin() as conn:
         conn.exec_driver_sql(f"CREATE TABLE {plain} AS SELECT 1 AS a")
         conn.exec_driver_sql(f"GRANT SELECT ON {plain} TO PUBLIC")
-    table = migrations.tables(superuser.schema).image_tables
+    table = shapes.tables(superuser.schema).image_tables
     with mallory.begin() as conn:
         for name in (plain, alices_work["table"]):
             schema_name, table_name = name.split(".")

@@ -22,6 +22,7 @@ from gpcnn.engines import (
     PostgresCompiler,
     SessionPerSegment,
     migrations,
+    shapes,
 )
 from gpcnn.engines.install import statements
 from gpcnn.engines.sessions import SegmentSessions
@@ -180,7 +181,7 @@ def test_training_aggregate_has_no_combine_function_and_chunks_merge_in_order():
 
 def test_greenplum_tables_replicate_transfers_and_distribute_checkpoints_by_run():
     gp = GreenplumBackend(OFFLINE, "gpcnn")
-    ddl = migrations.create_ddl(gp)
+    ddl = shapes.create_ddl(gp)
     transfers = next(s for s in ddl if s.startswith("CREATE UNLOGGED TABLE gpcnn.transfers"))
     assert transfers.endswith(" DISTRIBUTED REPLICATED")
     assert "transfer_id BIGINT NOT NULL" in transfers and "data BYTEA NOT NULL" in transfers
@@ -189,14 +190,14 @@ def test_greenplum_tables_replicate_transfers_and_distribute_checkpoints_by_run(
     assert "PRIMARY KEY (run_id, iteration, part, __dist_key__, chunk)" in checkpoints
     for table in ("checkpoints", "transfers"):
         assert f"ALTER TABLE gpcnn.{table} ALTER COLUMN data SET STORAGE EXTERNAL" in ddl
-    pg = migrations.create_ddl(PostgresBackend(OFFLINE, "gpcnn"))
+    pg = shapes.create_ddl(PostgresBackend(OFFLINE, "gpcnn"))
     assert [s.split(" DISTRIBUTED")[0] for s in ddl] == pg
 
 
 def test_greenplum_distributes_gpcnns_tables_like_the_rows_they_meet():
     ddl = {
         text.split("(")[0].split(".")[-1].strip(): text
-        for text in migrations.create_ddl(GreenplumBackend(OFFLINE, "gpcnn"))
+        for text in shapes.create_ddl(GreenplumBackend(OFFLINE, "gpcnn"))
         if text.startswith("CREATE")
     }
     assert ddl["schema_version"].endswith("DISTRIBUTED REPLICATED")
@@ -220,7 +221,7 @@ def test_greenplum_catalog_queries():
 
 def test_transfers_name_their_owner_and_age_on_every_engine():
     for backend in (GreenplumBackend(OFFLINE, "gpcnn"), PostgresBackend(OFFLINE, "gpcnn")):
-        ddl = migrations.create_ddl(backend)
+        ddl = shapes.create_ddl(backend)
         transfers = next(s for s in ddl if s.startswith("CREATE UNLOGGED TABLE gpcnn.transfers"))
         assert "owner TEXT DEFAULT '' NOT NULL" in transfers
         assert "created_at TIMESTAMP WITH TIME ZONE DEFAULT now() NOT NULL" in transfers

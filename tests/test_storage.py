@@ -18,7 +18,7 @@ from test_training import estimator
 
 import gpcnn
 from gpcnn.data.tables import load_images
-from gpcnn.engines import migrations
+from gpcnn.engines import migrations, shapes
 from gpcnn.engines.catalog import Catalog, reclaim
 from gpcnn.engines.transfers import EVERY_KEY, write_transfer
 from gpcnn.fit import runs
@@ -48,7 +48,7 @@ def on_disk(db, names=("checkpoints", "transfers")) -> int:
     with db.connect() as conn:
         return sum(
             conn.execute(
-                sa.select(sa.func.pg_total_relation_size(migrations.qualified(db.backend, name)))
+                sa.select(sa.func.pg_total_relation_size(shapes.qualified(db.backend, name)))
             ).scalar()
             for name in names
         )

@@ -20,12 +20,13 @@ from typing import NamedTuple
 import numpy as np
 import sqlalchemy as sa
 
-from gpcnn.engines import migrations
+from gpcnn.engines import migrations, shapes
 from gpcnn.engines.base import Backend
 from gpcnn.engines.copying import write_chunks, write_streamed_chunks
 from gpcnn.engines.identifiers import TableName
-from gpcnn.engines.migrations import RUN_PARTS, SEGMENT_PARTS, result_key, tables
+from gpcnn.engines.migrations import result_key
 from gpcnn.engines.results import assemble
+from gpcnn.engines.shapes import RUN_PARTS, SEGMENT_PARTS, tables
 from gpcnn.engines.transfers import EVERY_KEY, sweep_transfers
 
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed", "interrupted")
@@ -79,7 +80,7 @@ def not_gpcnns(name: object, kind: str) -> str:
 
 
 def reclaim(
-    backend: Backend, names: Iterable[str] = migrations.CHUNKED, give_back: bool = False
+    backend: Backend, names: Iterable[str] = shapes.CHUNKED, give_back: bool = False
 ) -> None:
     """VACUUM gpcnn's chunk tables (with their TOAST), each in a statement of its own outside any
     transaction, so that the space of deleted checkpoints and transfers is reused without waiting
@@ -91,7 +92,7 @@ def reclaim(
     options = "" if give_back else " (TRUNCATE false)"
     with backend.autocommit_connection() as conn:
         for name in names:
-            conn.exec_driver_sql(f"VACUUM{options} {migrations.qualified(backend, name)}")
+            conn.exec_driver_sql(f"VACUUM{options} {shapes.qualified(backend, name)}")
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class Catalog:
     backend: Backend
 
     @property
-    def tables(self) -> migrations.Tables:
+    def tables(self) -> shapes.Tables:
         return tables(self.backend.schema)
 
     def ensure_tables(self) -> None:
@@ -173,7 +174,7 @@ class Catalog:
 
     def image_table(self, table_schema: str, table_name: str):
         """The catalog row of an image table, or None (``_describing``)."""
-        if not migrations.exists(self.conn, self.backend, "image_tables"):
+        if not shapes.exists(self.conn, self.backend, "image_tables"):
             return None
         return self._describing(self.tables.image_tables, table_schema, table_name)
 
@@ -190,7 +191,7 @@ class Catalog:
 
     def image_tables(self) -> list:
         t = self.tables.image_tables
-        if not migrations.exists(self.conn, self.backend, "image_tables"):
+        if not shapes.exists(self.conn, self.backend, "image_tables"):
             return []
         return self.conn.execute(sa.select(t).order_by(t.c.table_schema, t.c.table_name)).all()
 
@@ -394,7 +395,7 @@ class Catalog:
     # -- checkpoints -------------------------------------------------------------------------------
 
     def _write_checkpoints(self, vectors: Iterable[tuple[tuple, np.ndarray]]) -> None:
-        table_sql = migrations.qualified(self.backend, "checkpoints")
+        table_sql = shapes.qualified(self.backend, "checkpoints")
         write_chunks(self.conn, self.backend, table_sql, CHECKPOINT_PREFIX, vectors)
 
     def store_checkpoint(
@@ -415,7 +416,7 @@ class Catalog:
         """An iteration's checkpoint that is its model alone, its chunks given as they are made
         (the average as it arrives), replacing any left as ``store_checkpoint`` does."""
         self._forget_checkpoint(run_id, iteration)
-        table_sql = migrations.qualified(self.backend, "checkpoints")
+        table_sql = shapes.qualified(self.backend, "checkpoints")
         values = (run_id, iteration, "weights", EVERY_KEY)
         write_streamed_chunks(self.conn, self.backend, table_sql, CHECKPOINT_PREFIX, values, chunks)
 

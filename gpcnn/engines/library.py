@@ -15,7 +15,7 @@ from datetime import datetime
 import numpy as np
 import sqlalchemy as sa
 
-from gpcnn.engines import migrations
+from gpcnn.engines import migrations, shapes
 from gpcnn.engines.base import Backend
 from gpcnn.engines.copying import write_chunks
 from gpcnn.engines.results import assemble
@@ -50,8 +50,8 @@ class Library:
         migrations.ensure_tables(self.conn, self.backend)
 
     @property
-    def _tables(self) -> migrations.Tables:
-        return migrations.tables(self.backend.schema)
+    def _tables(self) -> shapes.Tables:
+        return shapes.tables(self.backend.schema)
 
     def store(
         self,
@@ -83,7 +83,7 @@ class Library:
             )
         )
         if weights is not None:
-            table_sql = migrations.qualified(self.backend, "model_weights")
+            table_sql = shapes.qualified(self.backend, "model_weights")
             write_chunks(self.conn, self.backend, table_sql, WEIGHTS_PREFIX, [((name,), weights)])
 
     @property

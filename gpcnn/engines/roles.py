@@ -17,7 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from gpcnn.engines.base import Backend
-from gpcnn.engines.migrations import OWNED, OWNER_COLUMN, qualified, schema_exists
+from gpcnn.engines.migrations import schema_exists
+from gpcnn.engines.shapes import OWNED, OWNER_COLUMN, qualified
 
 
 def role_name(schema: str) -> str:
