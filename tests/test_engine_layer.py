@@ -11,8 +11,8 @@ import pytest
 import sqlalchemy as sa
 
 import gpcnn
-from gpcnn.data.tables import TableError, describe, list_tables, load_images
-from gpcnn.engines import catalog, migrations, roles, shapes
+from gpcnn.data.tables import TableError, TableName, describe, list_tables, load_images
+from gpcnn.engines import migrations, roles, shapes, table_records
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.functions import existing
 from gpcnn.engines.install import (
@@ -22,6 +22,7 @@ from gpcnn.engines.install import (
     installed_version,
     uninstall,
 )
+from gpcnn.engines.table_records import TableRecords
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
 from gpcnn.kernel import segment
@@ -308,12 +309,12 @@ def test_tables_drop_and_the_catalog_repaired_after_a_drop_by_hand(db):
     names = {str(t.table) for t in list_tables(db)}
     assert str(kept.table) in names and str(by_hand.table) not in names
     with db.connect() as conn:  # the stale entry is gone from the catalog
-        assert Catalog(conn, db.backend).image_table(DATA, "by_hand") is None
+        assert TableRecords(conn, db.backend).image_table(DATA, "by_hand") is None
     assert gpcnn.drop_table(db, str(kept.table))
     with db.connect() as conn:
-        assert not catalog.relation_exists(conn, f"{DATA}.kept")
+        assert table_records.relation_owner(conn, TableName(DATA, "kept")) is None
         if db.backend.partitioned:
-            assert not catalog.relation_exists(conn, f"{DATA}.kept__seg0")
+            assert table_records.relation_owner(conn, TableName(DATA, "kept__seg0")) is None
     assert gpcnn.drop_table(db, str(kept.table), missing_ok=True) is False
     with pytest.raises(TableError, match="no image table"):
         gpcnn.drop_table(db, str(kept.table))
@@ -377,7 +378,9 @@ def test_uninstall_removes_functions_and_tables_but_not_image_tables(db):
             ).scalar()
             == 0
         )
-        assert catalog.relation_exists(conn, f"{DATA}.uninstall")  # the user's data stays
+        assert (
+            table_records.relation_owner(conn, TableName(DATA, "uninstall")) is not None
+        )  # the user's data stays
         # no catalog describes it any more: it is the user's own table, for them to drop
         conn.exec_driver_sql(f"DROP TABLE {DATA}.uninstall")
     uninstalled.close()

@@ -18,6 +18,7 @@ from gpcnn.data.tables import TableError, describe, load_images
 from gpcnn.engines import migrations
 from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.label_skew import segment_distances, skew_index
+from gpcnn.engines.table_records import TableRecords
 from gpcnn.tools import cli
 
 SRC = "gpcnn_skew_test"
@@ -148,7 +149,7 @@ def test_a_catalog_of_shape_7_gains_the_skew_of_tables_whose_counts_it_knows(db,
         catalog = Catalog(conn, old.backend)
         catalog.ensure_tables()
         assert catalog.shape() == migrations.SHAPE_VERSION == 10
-        rows = {r.table_name: r for r in catalog.image_tables()}
+        rows = {r.table_name: r for r in TableRecords(conn, old.backend).image_tables()}
     assert (rows["known"].label_skew_max, rows["known"].label_skew_mean) == (
         0.25,
         pytest.approx(8 * 0.25 / 12),
@@ -161,7 +162,7 @@ def test_a_catalog_of_shape_7_gains_the_skew_of_tables_whose_counts_it_knows(db,
 def test_measure_skew_counts_a_table_again_into_the_catalog(db, skewed):
     info = skewed[2]
     with db.begin() as conn:
-        Catalog(conn, db.backend).update_image_table(
+        TableRecords(conn, db.backend).update_image_table(
             info.table.schema, info.table.name, {"label_skew_max": None, "class_counts": None}
         )
     assert describe(db, info.table).label_skew is None

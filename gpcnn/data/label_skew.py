@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from gpcnn.data.table_catalog import ImageTable, describe
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Connection, Database, connect
-from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.identifiers import TableName
 from gpcnn.engines.label_skew import label_counts, skew_index
+from gpcnn.engines.table_records import TableRecords
 
 # The largest segment's index above which a fit warns: between the study's α = 1 tables (0.39 at
 # the most, harmless) and its α = 0.1 tables (0.67 at the least); far above IID's sampling noise
@@ -70,7 +70,7 @@ def measure_skew(database: Database | str | None, table) -> ImageTable:
     with db.begin() as conn:
         db.backend.lock_name(conn, str(info.table))
         found = measured(conn, db.backend, info.table, info.keys, info.num_classes)
-        Catalog(conn, db.backend).update_image_table(info.table.schema, info.table.name, found)
+        TableRecords(conn, db.backend).update_image_table(info.table.schema, info.table.name, found)
     return describe(db, info.table)
 
 

@@ -20,9 +20,10 @@ from gpcnn.data.sources import as_source
 from gpcnn.data.table_catalog import IMAGE_LAYOUT, ImageTable, describe, resolved_name
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
-from gpcnn.engines.catalog import Catalog, made_by_gpcnn, not_gpcnns, relation_owner
+from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.copying import CopyStream, copy
 from gpcnn.engines.identifiers import STAGING_SUFFIX, TableError, TableName, checked_name
+from gpcnn.engines.table_records import TableRecords, made_by_gpcnn, not_gpcnns, relation_owner
 from gpcnn.kernel.segment import LABEL_DTYPE
 from gpcnn.version import __version__
 
@@ -184,7 +185,7 @@ def check_target(conn, backend, name: TableName, replace: bool) -> bool:
     owner = relation_owner(conn, name)
     if owner is None:
         return False
-    if not made_by_gpcnn(Catalog(conn, backend).image_table(name.schema, name.name), owner):
+    if not made_by_gpcnn(TableRecords(conn, backend).image_table(name.schema, name.name), owner):
         raise TableError(not_gpcnns(name, "an image table"))
     if not replace:
         raise TableError(f"table {name} exists: pass replace=True (or --replace) to reload it")
@@ -216,7 +217,7 @@ def finish_swap(conn, backend, name, staging, keys, exists: bool, meta: dict) ->
         conn.exec_driver_sql(backend.drop_ddl(name))
     for statement in backend.rename_ddl(staging, name, keys):
         conn.exec_driver_sql(statement)
-    Catalog(conn, backend).write_image_table(
+    TableRecords(conn, backend).write_image_table(
         {
             "table_schema": name.schema,
             "table_name": name.name,

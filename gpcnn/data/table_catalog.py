@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Backend, Connection, Database, connect
-from gpcnn.engines.catalog import Catalog, made_by_gpcnn, relation_owner
 from gpcnn.engines.identifiers import TableError, TableName
 from gpcnn.engines.label_skew import SkewIndex
+from gpcnn.engines.table_records import TableRecords, made_by_gpcnn, relation_owner
 
 IMAGE_LAYOUT = 2  # 1: gpcnn 0.1, without ids
 
@@ -142,7 +142,7 @@ def _entry(conn: Connection, backend, name: TableName):
     """The name with its schema, its catalog row (None if none, or if the table is there but not
     the one the row describes: ``made_by_gpcnn``) and whether the table exists."""
     name = resolved_name(backend, name)
-    row = Catalog(conn, backend).image_table(name.schema, name.name)
+    row = TableRecords(conn, backend).image_table(name.schema, name.name)
     owner = relation_owner(conn, name)
     if owner is not None and not made_by_gpcnn(row, owner):
         row = None
@@ -215,11 +215,11 @@ def list_tables(database: Database | str | None = None) -> list[ImageTable]:
     backend = db.backend
     found = []
     with db.begin() as conn:
-        for row in Catalog(conn, backend).image_tables():
+        for row in TableRecords(conn, backend).image_tables():
             name = TableName(row.table_schema, row.table_name)
             owner = relation_owner(conn, name)
             if owner is None:
-                Catalog(conn, backend).delete_image_table(name.schema, name.name)
+                TableRecords(conn, backend).delete_image_table(name.schema, name.name)
             elif made_by_gpcnn(row, owner):
                 found.append(_from_row(name, row))
     return found
@@ -265,7 +265,7 @@ def drop_table(database: Database | str | None, table, *, missing_ok: bool = Fal
             raise TableError(f"no image table {name}")
         if exists:
             conn.exec_driver_sql(backend.drop_ddl(name))
-        Catalog(conn, backend).delete_image_table(name.schema, name.name)
+        TableRecords(conn, backend).delete_image_table(name.schema, name.name)
     return True
 
 

@@ -1,12 +1,13 @@
-"""gpcnn's own tables and every statement on them, in SQLAlchemy Core, as one ``Catalog``.
+"""The statements on gpcnn's runs and their stored vectors, in SQLAlchemy Core, as one ``Catalog``.
 
-The tables (their shape and migrations: ``migrations``): ``image_tables`` (the catalog of image
-tables), ``runs``, ``run_iterations`` (each iteration's metrics), ``checkpoints`` (stored vectors
-in chunks: an iteration's model, rule state and optimizer state, and each segment's next start for
-rules that keep per-segment models) and ``transfers`` (the vectors one statement sends to the
-segments, in chunks the query joins; on Greenplum replicated, so every segment reads them
-locally). No value is bigger than a chunk, and weights reach the server by binary COPY, never
-inside statement text. What comes back are typed records, vectors as float32 arrays.
+The tables (their shape: ``shapes``; older shapes: ``migrations``; the catalogs of image and
+prediction tables: ``table_records``): ``runs``, ``run_iterations`` (each iteration's metrics),
+``checkpoints`` (stored vectors in chunks: an iteration's model, rule state and optimizer state,
+and each segment's next start for rules that keep per-segment models) and ``transfers`` (the
+vectors one statement sends to the segments, in chunks the query joins; on Greenplum replicated,
+so every segment reads them locally). No value is bigger than a chunk, and weights reach the
+server by binary COPY, never inside statement text. What comes back are typed records, vectors as
+float32 arrays.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import sqlalchemy as sa
 from gpcnn.engines import migrations, shapes
 from gpcnn.engines.base import Backend
 from gpcnn.engines.copying import write_chunks, write_streamed_chunks
-from gpcnn.engines.identifiers import TableName
 from gpcnn.engines.migrations import result_key
 from gpcnn.engines.results import assemble
 from gpcnn.engines.shapes import RUN_PARTS, SEGMENT_PARTS, tables
@@ -38,45 +38,6 @@ CHECKPOINT_PREFIX = (
     ("part", "text"),
     ("__dist_key__", "integer"),
 )
-
-
-def current_schema(conn: sa.Connection) -> str:
-    return conn.execute(sa.select(sa.func.current_schema())).scalar()
-
-
-def relation_exists(conn: sa.Connection, qualified_sql: str) -> bool:
-    """Whether a table (given as quoted SQL text) exists: any table, not only gpcnn's, so no
-    ``Catalog`` is needed."""
-    return conn.execute(sa.select(sa.func.to_regclass(qualified_sql))).scalar() is not None
-
-
-def relation_owner(conn: sa.Connection, name: TableName) -> str | None:
-    """The role that owns the table ``name`` (with its schema), as the server records it; None when
-    there is no such table. Read from the catalog by name, so that a schema this role may not use
-    answers too (``to_regclass`` refuses it)."""
-    return conn.execute(
-        sa.text(
-            "SELECT CAST(pg_catalog.pg_get_userbyid(c.relowner) AS text) FROM pg_catalog.pg_class c "
-            "JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE n.nspname = :s AND c.relname = :n"
-        ),
-        {"s": name.schema, "n": name.name},
-    ).scalar()
-
-
-def made_by_gpcnn(row, owner: str | None) -> bool:
-    """A catalog row describes the table it names: the table exists and is owned by the role
-    that wrote the row (a row another role planted, or a table replaced by hand, is not)."""
-    return row is not None and owner is not None and row.created_by == owner
-
-
-def not_gpcnns(name: object, kind: str) -> str:
-    """The refusal to replace a table gpcnn did not make (``made_by_gpcnn``)."""
-    return (
-        f"table {name} exists, but is not {kind} that gpcnn made (gpcnn's catalog has no entry "
-        "for it written by the table's owner): gpcnn replaces only tables it made; choose "
-        "another name, or drop or rename that table yourself"
-    )
 
 
 def reclaim(
@@ -169,71 +130,6 @@ class Catalog:
     def shape(self) -> int:
         """The shape version found in the schema (0: no tables yet)."""
         return migrations.found_version(self.conn, self.backend)
-
-    # -- the catalog of image tables ------------------------------------------------------------
-
-    def image_table(self, table_schema: str, table_name: str):
-        """The catalog row of an image table, or None (``_describing``)."""
-        if not shapes.exists(self.conn, self.backend, "image_tables"):
-            return None
-        return self._describing(self.tables.image_tables, table_schema, table_name)
-
-    def _describing(self, t: sa.Table, table_schema: str, table_name: str):
-        """Of the rows a catalog ``t`` shows this role for a name, the one its table's owner wrote
-        (``made_by_gpcnn``); where the table is gone, the first (a stale entry, to remove)."""
-        rows = self.conn.execute(
-            sa.select(t).where(t.c.table_schema == table_schema, t.c.table_name == table_name)
-        ).all()
-        owner = relation_owner(self.conn, TableName(table_schema, table_name))
-        if owner is None:
-            return rows[0] if rows else None
-        return next((row for row in rows if row.created_by == owner), None)
-
-    def image_tables(self) -> list:
-        t = self.tables.image_tables
-        if not shapes.exists(self.conn, self.backend, "image_tables"):
-            return []
-        return self.conn.execute(sa.select(t).order_by(t.c.table_schema, t.c.table_name)).all()
-
-    def write_image_table(self, row: dict) -> None:
-        """Replace the catalog row of ``row["table_schema"], row["table_name"]``."""
-        self.delete_image_table(row["table_schema"], row["table_name"])
-        self.conn.execute(self.tables.image_tables.insert().values(**row))
-
-    def update_image_table(self, table_schema: str, table_name: str, values: dict) -> None:
-        """Set some columns of an image table's catalog row."""
-        t = self.tables.image_tables
-        self.conn.execute(
-            t.update()
-            .where(t.c.table_schema == table_schema, t.c.table_name == table_name)
-            .values(**values)
-        )
-
-    def prediction_table(self, table_schema: str, table_name: str):
-        """The catalog row of a table gpcnn wrote predictions into, or None."""
-        return self._describing(self.tables.prediction_tables, table_schema, table_name)
-
-    def write_prediction_table(self, table_schema: str, table_name: str, source: str) -> None:
-        """Record (again) that gpcnn wrote predictions of ``source`` into the table."""
-        from gpcnn.version import __version__
-
-        t = self.tables.prediction_tables
-        where = (t.c.table_schema == table_schema, t.c.table_name == table_name)
-        self.conn.execute(t.delete().where(*where))
-        self.conn.execute(
-            t.insert().values(
-                table_schema=table_schema,
-                table_name=table_name,
-                source=source,
-                gpcnn_version=__version__,
-            )
-        )
-
-    def delete_image_table(self, table_schema: str, table_name: str) -> None:
-        t = self.tables.image_tables
-        self.conn.execute(
-            t.delete().where(t.c.table_schema == table_schema, t.c.table_name == table_name)
-        )
 
     # -- runs ------------------------------------------------------------------------------------
 

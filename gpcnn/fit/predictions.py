@@ -23,8 +23,8 @@ from gpcnn.data.tables import (
     resolved_name,
 )
 from gpcnn.engines import Database, transfers
-from gpcnn.engines.catalog import Catalog, made_by_gpcnn, not_gpcnns, relation_owner
 from gpcnn.engines.sessions import SegmentSessions
+from gpcnn.engines.table_records import TableRecords, made_by_gpcnn, not_gpcnns, relation_owner
 from gpcnn.fit.errors import database_call
 from gpcnn.kernel.protocol import SegmentOptions
 
@@ -128,7 +128,9 @@ def _write(db, sessions, info, output, pred_type, top_k, params, replace) -> Tab
             if exists:
                 conn.exec_driver_sql(backend.drop_ddl(name))
             conn.exec_driver_sql(backend.rename_table_ddl(staging, name))
-            Catalog(conn, backend).write_prediction_table(name.schema, name.name, str(info.table))
+            TableRecords(conn, backend).write_prediction_table(
+                name.schema, name.name, str(info.table)
+            )
     except BaseException:
         with contextlib.suppress(Exception), db.begin() as conn:
             conn.exec_driver_sql(backend.drop_ddl(staging, if_exists=True))
@@ -144,7 +146,7 @@ def _check_target(conn, db: Database, name: TableName, replace: bool) -> bool:
     owner = relation_owner(conn, name)
     if owner is None:
         return False
-    catalog = Catalog(conn, backend)
+    catalog = TableRecords(conn, backend)
     if made_by_gpcnn(catalog.image_table(name.schema, name.name), owner):
         raise TableError(f"{name} is an image table: predictions never overwrite one")
     if not made_by_gpcnn(catalog.prediction_table(name.schema, name.name), owner):
