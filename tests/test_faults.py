@@ -22,7 +22,7 @@ from tiny import break_segment, dense_net
 
 from gpcnn import release_sessions
 from gpcnn.data.tables import describe, load_images
-from gpcnn.engines import copying
+from gpcnn.engines import copying, driver_reports
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs, training
 from gpcnn.fit.errors import failure, once_more_if_lost
@@ -190,7 +190,7 @@ def test_a_copy_ended_by_the_server_raises_its_error_and_prints_nothing(monkeypa
         copying.copy(connection, "COPY t TO STDOUT", copying.BinaryRows(("integer",)))
     assert raised.value is server
     assert seen == [] and capfd.readouterr().err == ""
-    assert sys.excepthook is not copying._keep_driver_prints  # put back
+    assert sys.excepthook is not driver_reports.keep_driver_prints  # put back
 
     # The stream's own error still wins, with the server's as its cause.
     stream = copying.CopyStream(iter([]))

@@ -4,8 +4,9 @@ literals in the text).
 
 A vector travels in chunks (pieces of ``chunk_values`` float32 values), one row each. Here: the
 streams into the server (``CopyStream``, ``chunk_rows``, ``streamed_chunk_rows``), the parser of
-what comes back (``BinaryRows``), the one helper that runs a COPY (``copy``) and the writers of
-chunk rows into a chunked table (``write_chunks``, ``write_streamed_chunks``).
+what comes back (``BinaryRows``), the one helper that runs a COPY (``copy``; what psycopg2 prints meanwhile:
+``driver_reports``) and the writers of chunk rows into a chunked table (``write_chunks``,
+``write_streamed_chunks``).
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import hashlib
 import io
 import signal
 import struct
-import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
 import sqlalchemy as sa
+
+from gpcnn.engines.driver_reports import driver_prints, is_driver_error, print_unused, server_error
 
 COPY_HEADER = b"PGCOPY\n\xff\r\n\0" + struct.pack("!ii", 0, 0)
 COPY_TRAILER = struct.pack("!h", -1)
@@ -191,108 +193,33 @@ def copy(
     ``BinaryRows``; ``params`` bound into the query). One error reaches the caller: when making
     the stream failed, that one, not the driver's report of the COPY it aborted (or, as psycopg2
     sometimes does, no error at all); when the server ended the session, the server's own
-    error (see ``_driver_prints``), and nothing printed."""
+    error (see ``driver_prints``), and nothing printed."""
     printed: list[BaseException] = []
     error: BaseException | None = None
     try:
-        with connection.cursor() as cursor, _interrupts_seen(file), _driver_prints(printed):
+        with connection.cursor() as cursor, _interrupts_seen(file), driver_prints(printed):
             if params is not None:
                 sql = cursor.mogrify(sql, params).decode()
             cursor.copy_expert(sql, file, size=size)
     except SystemError as e:
         # copy_expert returned with its error set (psycopg2 does after a lost session): the
         # driver's error is the one to report.
-        if not _is_driver_error(e.__cause__):
+        if not is_driver_error(e.__cause__):
             raise
-        error = _server_error(printed) or e.__cause__
+        error = server_error(printed) or e.__cause__
     except Exception as e:
         if getattr(file, "error", None) is not None:
-            raise file.error from (_server_error(printed) or e)
-        if not _is_driver_error(e):
+            raise file.error from (server_error(printed) or e)
+        if not is_driver_error(e):
             raise
-        error = _server_error(printed) or e
+        error = server_error(printed) or e
     else:
         if getattr(file, "error", None) is not None:
             raise file.error
     finally:
-        _print_unused(printed)
+        print_unused(printed)
     if error is not None:
         raise error  # outside the handlers: the driver's error, with no context to print
-
-
-def _is_driver_error(error: BaseException | None) -> bool:
-    return error is not None and type(error).__module__.startswith("psycopg2")
-
-
-# -- what psycopg2 prints during a COPY -------------------------------------------------------------
-#
-# psycopg2 (2.9, pqpath.c: _pq_copy_out_v3 and _pq_copy_in_v3) reads every result a COPY ends with
-# and raises each failed one. When the server ends the session mid-COPY with an error
-# (pg_terminate_backend: FATAL "terminating connection due to administrator command", 57P01),
-# libpq gives two: the server's, then its own "server closed the connection unexpectedly".
-# Raising the second with the first still set makes its message's decoder fail ("SystemError:
-# <function decode> returned a result with an exception set", caused by the first), which
-# pq_raise prints with PyErr_Print, that is through sys.excepthook, and drops: a trace on stderr
-# that looks like a crash in gpcnn, and the server's reason lost. So while a thread of gpcnn's is
-# inside copy_expert, where only psycopg2's C code and gpcnn's own stream run, what reaches
-# sys.excepthook from that thread is kept for ``copy``: the server's error in it is the one
-# raised, and anything else is printed as it would have been, once the COPY ended.
-
-_copying = threading.local()  # .printed: the list a thread's running copy keeps reports in
-_hook_lock = threading.Lock()
-_hook_users = 0
-_hook_before = None  # the sys.excepthook that _keep_driver_prints stands in front of
-
-
-def _keep_driver_prints(kind, value, tb) -> None:
-    printed = getattr(_copying, "printed", None)
-    if printed is not None:
-        printed.append(value)
-        return
-    (_hook_before or sys.__excepthook__)(kind, value, tb)
-
-
-@contextlib.contextmanager
-def _driver_prints(printed: list[BaseException]) -> Iterator[None]:
-    """Keep in ``printed`` what psycopg2 prints through sys.excepthook in this thread for the
-    duration; the hook is in place while any thread runs a COPY, and put back after the last
-    (unless someone replaced it meanwhile)."""
-    global _hook_users, _hook_before
-    with _hook_lock:
-        if _hook_users == 0 and sys.excepthook is not _keep_driver_prints:
-            _hook_before, sys.excepthook = sys.excepthook, _keep_driver_prints
-        _hook_users += 1
-    _copying.printed = printed
-    try:
-        yield
-    finally:
-        _copying.printed = None
-        with _hook_lock:
-            _hook_users -= 1
-            if _hook_users == 0 and sys.excepthook is _keep_driver_prints:
-                sys.excepthook, _hook_before = _hook_before, None
-
-
-def _server_error(printed: list[BaseException]) -> BaseException | None:
-    """The first driver error in what psycopg2 printed (the server's, before libpq's own), taken
-    out of ``printed`` so it is not printed as well."""
-    for index, report in enumerate(printed):
-        seen, error = set(), report
-        while error is not None and id(error) not in seen:
-            if _is_driver_error(error):
-                del printed[index]
-                return error
-            seen.add(id(error))
-            error = error.__cause__ or error.__context__
-    return None
-
-
-def _print_unused(printed: list[BaseException]) -> None:
-    """What psycopg2 printed that no error raised here carries: printed now, as it would have
-    been (nothing is hidden)."""
-    while printed:
-        report = printed.pop(0)
-        sys.excepthook(type(report), report, report.__traceback__)
 
 
 @contextlib.contextmanager
