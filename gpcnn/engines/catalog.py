@@ -155,7 +155,7 @@ class Catalog:
     def _durable(self) -> None:
         """This transaction's commit returns once its WAL is on disk, whatever the server's
         ``synchronous_commit``; the WAL before it (earlier commits) is flushed with it."""
-        # Off (the embedded cluster's setting), a crash lost committed iterations (issue 50).
+        # Off (the embedded cluster's setting), a crash lost committed iterations.
         self.conn.exec_driver_sql("SET LOCAL synchronous_commit = on")
 
     def set_run_status(self, run_id: int, status: str, error: str | None = None) -> None:

@@ -65,7 +65,7 @@ class Library:
         from gpcnn.version import __version__
 
         t = self._tables
-        self.backend.lock_name(self.conn, f"gpcnn model {name} of {self._me}")
+        self.backend.lock_name(self.conn, f"gpcnn model {name}")
         if self.exists(name):
             if not replace:
                 raise ValueError(
@@ -86,9 +86,8 @@ class Library:
             table_sql = shapes.qualified(self.backend, "model_weights")
             write_chunks(self.conn, self.backend, table_sql, WEIGHTS_PREFIX, [((name,), weights)])
 
-    @property
-    def _me(self) -> str:
-        return self.conn.execute(sa.text("SELECT CAST(CURRENT_USER AS text)")).scalar()
+    # this role, in the statement itself (no round trip to ask who it is)
+    _me = sa.literal_column("CAST(CURRENT_USER AS text)")
 
     def exists(self, name: str) -> bool:
         """Whether this role stores a model under ``name``."""
