@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 
-SOURCES := gpcnn tests examples bench scripts study docs
+SOURCES := gpcnn tests examples bench scripts reproduce docs
 
 .PHONY: setup demo test test-fast lint docs docs-check db-start db-stop
 

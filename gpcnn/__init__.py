@@ -15,10 +15,10 @@ from gpcnn.data.tables import describe as describe_table
 from gpcnn.engines import Database, connect, release_sessions
 from gpcnn.engines.install import install, uninstall
 from gpcnn.estimator import GreenplumCNN, GreenplumModelSearch, TrainingError, fit_multiple
-from gpcnn.fit.direct_prediction import predict
-from gpcnn.fit.forecast import forecast_gap
-from gpcnn.fit.model_library import delete_model, list_models, load_model, store_model
+from gpcnn.fit.forecast.early_warning import forecast_gap
 from gpcnn.fit.runs import delete_runs, list_runs, show_run
+from gpcnn.serving.direct_prediction import predict
+from gpcnn.serving.model_library import delete_model, list_models, load_model, store_model
 from gpcnn.tools import embedded as _embedded  # noqa: F401  (connect()'s default server)
 from gpcnn.tools.environment import check_environment
 from gpcnn.version import __version__

@@ -27,6 +27,7 @@ LAYERS = (
     "engines",
     "data",
     "fit",
+    "serving",
     "estimator",
     "study",
     "tools",
@@ -249,3 +250,29 @@ def test_the_documented_layout_lists_exactly_the_modules_of_the_tree():
     assert listed - tree == set(), (
         f"docs/development.md's Layout lists modules that are gone: {sorted(listed - tree)}"
     )
+
+
+def design_layers() -> dict[str, set[str]]:
+    """Layer -> the modules (and sub-packages, with a trailing ``/``) that docs/design.md's Layers
+    table names in its second column."""
+    page = (ROOT / "docs" / "design.md").read_text()
+    rows = {}
+    for line in page.splitlines():
+        cells = line.split("|")
+        if len(cells) > 3 and cells[1].strip().startswith("`") and cells[1].strip().endswith("/`"):
+            layer = cells[1].strip().strip("`").rstrip("/")
+            rows[layer] = {name for name in cells[2].split("`")[1::2]}
+    return rows
+
+
+def test_the_design_pages_layers_table_names_every_module_of_each_layer():
+    documented = design_layers()
+    assert set(documented) == set(LAYERS[2:])
+    for layer, listed in documented.items():
+        folder = PACKAGE / layer
+        tree = {p.stem for p in folder.glob("*.py") if p.name != "__init__.py"}
+        tree |= {p.name + "/" for p in folder.iterdir() if (p / "__init__.py").exists()}
+        assert listed == tree, (
+            f"docs/design.md's {layer}/ row: lacks {sorted(tree - listed)}, "
+            f"names what is gone {sorted(listed - tree)}"
+        )

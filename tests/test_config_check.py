@@ -23,8 +23,8 @@ from gpcnn.kernel.config_check import (
     check_model,
     check_optimizer,
 )
-from gpcnn.kernel.errors import SegmentError
 from gpcnn.kernel.protocol import CompileOptions, SegmentOptions
+from gpcnn.kernel.segment_errors import SegmentError
 
 keras = keras_setup.keras_module()
 layers = keras.layers

@@ -23,7 +23,7 @@ from gpcnn.engines import (
     register_engine,
     unregister_engine,
 )
-from gpcnn.engines.registry import detected_engine
+from gpcnn.engines.engine_registry import detected_engine
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.kernel import segment, wire
 

@@ -53,12 +53,12 @@ import json, warnings
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import gpcnn.fit.rules
-    from gpcnn.engines import registry
+    from gpcnn.engines import engine_registry
 from gpcnn.fit.rules import RULES
 print(json.dumps({
     "rules": list(RULES),
-    "engines": registry.engine_names(),
-    "plugins": registry.PLUGINS,
+    "engines": engine_registry.engine_names(),
+    "plugins": engine_registry.PLUGINS,
     "warnings": [str(w.message) for w in caught if "plug-in" in str(w.message)],
 }))
 """

@@ -25,7 +25,7 @@ from gpcnn.data.tables import describe, load_images
 from gpcnn.engines import copying, driver_reports
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs, training
-from gpcnn.fit.errors import failure, once_more_if_lost
+from gpcnn.fit.database_errors import failure, once_more_if_lost
 from gpcnn.kernel import segment, wire
 
 pytestmark = pytest.mark.every_dispatch

@@ -10,7 +10,8 @@ import pytest
 from tiny import learnable_images, tiny_cnn
 
 import gpcnn
-from gpcnn.fit import forecast, runs
+from gpcnn.fit import runs
+from gpcnn.fit.forecast import early_warning
 from gpcnn.fit.progress import EarlyWarning
 from gpcnn.tools.commands import _run_text
 
@@ -25,9 +26,9 @@ def rows(*pairs: tuple[float, float | None]) -> list[dict]:
 def test_the_forecast_is_the_studys_line_at_the_mean_drift_ratio_of_epochs_1_to_3():
     found = gpcnn.forecast_gap(rows((1, 0.5), (2, 0.6), (3, 0.7), (4, 2.0)))
     assert found.drift_ratio == pytest.approx(0.6)
-    assert found.gap == pytest.approx(forecast.INTERCEPT + forecast.SLOPE * 0.6)
+    assert found.gap == pytest.approx(early_warning.INTERCEPT + early_warning.SLOPE * 0.6)
     assert f"{found.gap:.1f} points below one worker" in found.message()
-    assert f"± {forecast.ERROR:.1f}" in found.message()
+    assert f"± {early_warning.ERROR:.1f}" in found.message()
 
 
 def test_four_merges_per_epoch_average_every_iteration_of_the_first_three_epochs():

@@ -21,7 +21,8 @@ from tiny import dense_net, learnable_images, tiny_cnn
 
 import gpcnn
 from gpcnn.data.tables import describe, load_images
-from gpcnn.fit import hopper, runs
+from gpcnn.estimator.hopper import rotation
+from gpcnn.fit import runs
 from gpcnn.kernel import segment, wire
 
 pytestmark = pytest.mark.every_dispatch
@@ -63,7 +64,7 @@ def run_count(db) -> int:
 
 
 def test_fewer_models_than_segments_leave_segments_idle_and_each_model_visits_every_key():
-    schedule = hopper.hops(2, [10, 11, 12])
+    schedule = rotation.hops(2, [10, 11, 12])
     assert len(schedule) == 3  # K hops per epoch, one segment idle in each
     assert all(len(hop) == 2 and len(set(hop.values())) == 2 for hop in schedule)
     for m in range(2):
@@ -71,7 +72,7 @@ def test_fewer_models_than_segments_leave_segments_idle_and_each_model_visits_ev
 
 
 def test_more_models_than_segments_not_a_multiple_keep_every_segment_busy_and_models_wait():
-    schedule = hopper.hops(5, [10, 11, 12])
+    schedule = rotation.hops(5, [10, 11, 12])
     assert len(schedule) == 5  # M hops per epoch
     assert all(sorted(hop.values()) == [10, 11, 12] for hop in schedule)  # no segment idle
     for m in range(5):
@@ -284,23 +285,25 @@ def test_a_search_whose_client_is_killed_resumes_from_each_runs_last_epoch_exact
 
 
 def test_study_part_h_plans_each_configuration_under_the_hopper_and_each_merge():
-    from gpcnn.study import hopping
+    from gpcnn.study import hopper_vs_merge
 
-    configs = hopping.parse_configurations("momentum:0.01:32, adam:0.001:64")
-    runs_of = hopping.plan("mnist-sample", configs, ["average", "bmuf"], 4, 3, model="bn-cnn")
+    configs = hopper_vs_merge.parse_configurations("momentum:0.01:32, adam:0.001:64")
+    runs_of = hopper_vs_merge.plan(
+        "mnist-sample", configs, ["average", "bmuf"], 4, 3, model="bn-cnn"
+    )
     assert list(runs_of) == ["hopper", "average", "bmuf"]
     assert [(s.optimizer, s.learning_rate, s.batch_size) for s in runs_of["bmuf"]] == configs
     with pytest.raises(ValueError, match="optimizer:learning_rate:batch_size"):
-        hopping.parse_configurations("momentum:0.01")
+        hopper_vs_merge.parse_configurations("momentum:0.01")
     with pytest.raises(ValueError, match="merges"):
-        hopping.plan("mnist-sample", configs, ["single"], 4, 3)
+        hopper_vs_merge.plan("mnist-sample", configs, ["single"], 4, 3)
 
 
 def test_part_h_reports_means_over_seeds_and_the_hoppers_difference_with_its_error_bar(tmp_path):
-    from gpcnn.study import hopping
+    from gpcnn.study import hopper_vs_merge
 
-    configs = hopping.parse_configurations("momentum:0.01:32, adam:0.001:64")
-    runs_of = hopping.plan("mnist-sample", configs, ["average"], 4, 2, seeds=(0, 1))
+    configs = hopper_vs_merge.parse_configurations("momentum:0.01:32, adam:0.001:64")
+    runs_of = hopper_vs_merge.plan("mnist-sample", configs, ["average"], 4, 2, seeds=(0, 1))
     assert [(s.seed, s.optimizer) for s in runs_of["hopper"]] == [
         (0, "momentum"),
         (0, "adam"),
@@ -315,10 +318,10 @@ def test_part_h_reports_means_over_seeds_and_the_hoppers_difference_with_its_err
                 {"epoch": e, "iteration": e, "val_accuracy": v, "seconds": 10.0, "images": 8}
                 for e, v in ((1, 0.5), (2, final[method, spec.seed]))
             ]
-            done = hopping.folder(tmp_path, spec) / "runs" / f"{spec.name}.json"
+            done = hopper_vs_merge.folder(tmp_path, spec) / "runs" / f"{spec.name}.json"
             done.parent.mkdir(parents=True, exist_ok=True)
             done.write_text(json.dumps({"spec": dataclasses.asdict(spec), "history": history}))
-    text = hopping.run_part(None, runs_of, tmp_path, progress=False, target=0.9)
+    text = hopper_vs_merge.run_part(None, runs_of, tmp_path, progress=False, target=0.9)
     assert "| momentum lr=0.01 batch=32 | 2 | 0.9100 ± 0.0141 | 0.8800 ± 0.0000 |" in text
     # +3 points, SE = sqrt(0.0141²/2 + 0) = 0.01: 2·SE = 2 points, so the difference is real
     assert "| momentum lr=0.01 batch=32 | +3.00 ± 2.00 (real) |" in text

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from tiny import dense_net, image_rows, packed
 
 import gpcnn
-from gpcnn.engines import base, database, sessions, shapes
+from gpcnn.engines import backend, database, sessions, shapes
 from gpcnn.engines.roles import role_name
 
 VICTIM, ROOT, MALLORY = "gpcnn_test_victim", "gpcnn_test_root", "gpcnn_test_planter"
@@ -159,7 +159,7 @@ def recorded(monkeypatch) -> None:
         return {**original(url, pinned), "connection_factory": RecordingConnection}
 
     original = sessions.connect_arguments
-    for module in (sessions, database, base):
+    for module in (sessions, database, backend):
         monkeypatch.setattr(module, "connect_arguments", recording)
 
 

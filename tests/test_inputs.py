@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from tiny import dense_rows, learnable_images, tiny_cnn
 
 import gpcnn
-from gpcnn.data import arrays, pixels
+from gpcnn.data import array_checks, pixels
 from gpcnn.data.tables import TableError, describe, load_images, read_images
 from gpcnn.estimator import GreenplumCNN
 
@@ -68,19 +68,19 @@ def test_any_integer_dtype_is_a_pixel_and_float_rows_are_kept_as_float32():
     with pytest.raises(TableError, match=r"integer pixels lie in 0\.\.255"):
         pixels.stored(np.array([[300, 1]]))
     with pytest.raises(ValueError, match="Negative values"):
-        arrays.check_images(-np.ones((2, 3)))  # rows of any sign only where the tags say so
-    assert arrays.check_images(-np.ones((2, 3)), positive_only=False).min() == -1
+        array_checks.check_images(-np.ones((2, 3)))  # rows of any sign only where the tags say so
+    assert array_checks.check_images(-np.ones((2, 3)), positive_only=False).min() == -1
 
 
 def test_labels_of_any_type_map_to_their_sorted_values_or_are_class_indices():
-    classes, codes = arrays.fit_classes(np.array(["b", "a", "b"]), None)
+    classes, codes = array_checks.fit_classes(np.array(["b", "a", "b"]), None)
     assert classes.tolist() == ["a", "b"] and codes.tolist() == [1, 0, 1]
-    classes, codes = arrays.fit_classes(np.array([9, 3, 7]), 3)
+    classes, codes = array_checks.fit_classes(np.array([9, 3, 7]), 3)
     assert classes.tolist() == [3, 7, 9] and codes.tolist() == [2, 0, 1]
-    classes, codes = arrays.fit_classes(np.array([0, 1, 1]), 3)  # indices of 3 units
+    classes, codes = array_checks.fit_classes(np.array([0, 1, 1]), 3)  # indices of 3 units
     assert classes.tolist() == [0, 1, 2] and codes.tolist() == [0, 1, 1]
     with pytest.raises(ValueError, match=r"y holds 'z', not one of the classes \('a', 'b'\)"):
-        arrays.known_classes(np.array(["a", "z"]), np.array(["a", "b"]))
+        array_checks.known_classes(np.array(["a", "z"]), np.array(["a", "b"]))
 
 
 def test_feature_rows_load_as_float32_and_read_back_as_they_were(db):

@@ -17,7 +17,7 @@ from gpcnn.data.label_skew import SKEW_THRESHOLD, measure_skew
 from gpcnn.data.tables import TableError, describe, load_images
 from gpcnn.engines import migrations
 from gpcnn.engines.catalog import Catalog
-from gpcnn.engines.label_skew import segment_distances, skew_index
+from gpcnn.engines.label_skew_sql import segment_distances, skew_index
 from gpcnn.engines.table_records import TableRecords
 from gpcnn.tools import cli
 

@@ -1,4 +1,4 @@
-"""The study's predictions (gpcnn.study.prediction): the gap model recovers a known law, its interval
+"""The study's predictions (gpcnn.fit.forecast.gap_law): the gap model recovers a known law, its interval
 covers what the seeds' noise allows, and the early warning's numbers are the textbook ones."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import statistics
 import pytest
 import scipy.stats
 
-from gpcnn.study.prediction import (
+from gpcnn.fit.forecast.gap_law import (
     GapPoints,
     fit_early_warning,
     fit_gap_model,

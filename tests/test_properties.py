@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from sklearn.exceptions import DataConversionWarning
 
-from gpcnn.data import arrays
+from gpcnn.data import array_checks
 from gpcnn.data.dealing import validate_images
 from gpcnn.engines.copying import BinaryRows, chunk_rows
 from gpcnn.engines.greenplum import GreenplumBackend
@@ -300,7 +300,7 @@ def _accepted(check, *args, **kwargs):
 @settings(max_examples=600)
 @given(IMAGE_INPUTS)
 def test_images_to_predict_are_accepted_as_n_h_w_c_numbers_or_refused_with_a_value_or_type_error(x):
-    checked = _accepted(arrays.check_images, x)
+    checked = _accepted(array_checks.check_images, x)
     if checked is None:
         return
     assert checked.ndim in (2, 3, 4) and checked.size > 0
@@ -315,7 +315,7 @@ def test_arrays_to_fit_are_accepted_as_images_or_rows_and_labels_or_refused_with
     pair, at_least_two
 ):
     x, y = pair
-    accepted = _accepted(arrays.check_training, x, y, at_least_two=at_least_two)
+    accepted = _accepted(array_checks.check_training, x, y, at_least_two=at_least_two)
     if accepted is None:
         return
     checked, labels = accepted
@@ -601,24 +601,30 @@ def test_a_label_past_int32_is_refused_not_wrapped_to_another_class():
 @pytest.mark.parametrize("dtype", ["U1", "datetime64[s]", "timedelta64[s]"])
 def test_images_that_are_not_numbers_are_refused(dtype):
     with pytest.raises(TypeError, match="numeric pixels"):
-        arrays.check_images(np.zeros((2, 2, 2), dtype))
+        array_checks.check_images(np.zeros((2, 2, 2), dtype))
 
 
 def test_images_without_pixels_are_refused():
     with pytest.raises(ValueError, match="hold no pixels"):
-        arrays.check_images(np.zeros((2, 0, 3)))
+        array_checks.check_images(np.zeros((2, 0, 3)))
     with pytest.raises(TableError, match="hold no pixels"):
         validate_images(np.zeros((2, 3, 0), np.uint8), np.array([0, 1]))
 
 
 def test_labels_as_a_column_are_raveled_with_scikit_learns_warning():
     with pytest.warns(DataConversionWarning, match="column-vector y"):
-        _, y = arrays.check_training(np.zeros((2, 2, 2)), np.array([[0], [1]]), at_least_two=True)
+        _, y = array_checks.check_training(
+            np.zeros((2, 2, 2)), np.array([[0], [1]]), at_least_two=True
+        )
     assert y.shape == (2,)
     with pytest.raises(ValueError, match="Unknown label type: multilabel-indicator"):
-        arrays.check_training(np.zeros((2, 2, 2)), np.array([[0, 1], [1, 0]]), at_least_two=True)
+        array_checks.check_training(
+            np.zeros((2, 2, 2)), np.array([[0, 1], [1, 0]]), at_least_two=True
+        )
 
 
 def test_empty_labels_are_refused_with_a_value_error():
     with pytest.raises(ValueError, match="1 images but 0 labels"):
-        arrays.check_training(np.zeros((1, 2, 2)), np.array([], dtype=bool), at_least_two=False)
+        array_checks.check_training(
+            np.zeros((1, 2, 2)), np.array([], dtype=bool), at_least_two=False
+        )

@@ -89,7 +89,7 @@ def test_report_tables_hold_the_csv_numbers(study):
 def test_figures_plot_the_csv_series(study):
     out, _ = study
     rows = report.read_csv(out / "history.csv")
-    figures = plots.figures(rows, experiments.RULES)
+    figures = plots.figures(rows, experiments.STUDY_RULES)
     assert set(figures) >= {
         "mnist-sample_merge_vs_nomerge_k2",
         "mnist-sample_rules_k2",
@@ -174,7 +174,7 @@ def test_merge_frequency_figure_pairs_each_rule_by_colour_and_line_style():
         for m in (1, 4)
         for r in history(merge, k, m)
     ]
-    figure = plots.figures(rows, experiments.RULES)["d_merges_per_epoch_epochs"]
+    figure = plots.figures(rows, experiments.STUDY_RULES)["d_merges_per_epoch_epochs"]
     lines = {line.get_gid(): line for line in figure.axes[0].get_lines()}
     assert sorted(lines) == sorted(
         f"d-{rule}-m{m}" for rule in ("single-k1", "average-k4", "bmuf-k4") for m in (1, 4)
@@ -355,7 +355,7 @@ def test_figures_show_each_setting_as_its_mean_with_a_band_over_seeds():
     rows = _rows("d-single-k1-m1", "single", {0: [0.5, 0.7], 1: [0.7, 0.9]}) + _rows(
         "d-average-k4-m1", "average", {0: [0.4, 0.6]}
     )
-    fig = plots.figures(rows, experiments.RULES)["d_merge_vs_nomerge_k4"]
+    fig = plots.figures(rows, experiments.STUDY_RULES)["d_merge_vs_nomerge_k4"]
     ax = fig.axes[2]  # validation accuracy
     lines = {line.get_gid(): line for line in ax.get_lines()}
     assert set(lines) == {"d-single-k1-m1", "d-average-k4-m1"}
@@ -370,7 +370,7 @@ def test_legends_say_what_each_curve_is_rather_than_its_run_name():
         + _rows("d-none-k4-m1", "none", {0: [0.3, 0.5]})
         + _rows("d-bmuf-k4-m1", "bmuf", {0: [0.45, 0.65]})
     )
-    figures = plots.figures(rows, experiments.RULES)
+    figures = plots.figures(rows, experiments.STUDY_RULES)
     ax = figures["d_merge_vs_nomerge_k4"].axes[-1]
     assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == [
         "K = 4, average",
@@ -497,7 +497,7 @@ def test_one_worker_at_one_merge_per_epoch_is_the_reference_of_more_merges_and_s
     assert "| d-average-k4-m8-1-mu0.1 | +0.1000 (one seed" in to_single
     labels = {
         line.get_gid(): line.get_label()
-        for line in plots.figures(rows, experiments.RULES)["d_rules_k4"].axes[0].lines
+        for line in plots.figures(rows, experiments.STUDY_RULES)["d_rules_k4"].axes[0].lines
     }
     assert labels["d-average-k4-m8-1-mu0.1"] == "K = 4, average mu0.1, merges per epoch 8, then 1"
 

@@ -126,7 +126,7 @@ def time_pack(db, segments: int, target: str = "packed", **layout) -> float:
 def time_skew_count(db, segments: int) -> float:
     """The label-skew count that every load and pack runs, alone, on the table just loaded."""
     import gpcnn
-    from gpcnn.engines.label_skew import label_counts
+    from gpcnn.engines.label_skew_sql import label_counts
 
     info = gpcnn.describe_table(db, f"{SCHEMA}.loaded_k{segments}")
     start = time.perf_counter()

@@ -16,7 +16,7 @@ from gpcnn.data.table_catalog import ImageTable, describe
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Connection, Database, connect
 from gpcnn.engines.identifiers import TableName
-from gpcnn.engines.label_skew import label_counts, skew_index
+from gpcnn.engines.label_skew_sql import label_counts, skew_index
 from gpcnn.engines.table_records import TableRecords
 
 # The largest segment's index above which a fit warns: between the study's α = 1 tables (0.39 at

@@ -28,7 +28,7 @@ from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, DatabaseError, connect
 from gpcnn.engines.identifiers import TableError, TableName, checked_name
 from gpcnn.engines.install import ensure_installed
-from gpcnn.engines.packing import ID_TYPES, IMAGE_TYPES, PackingSource, column_types
+from gpcnn.engines.packing_sql import ID_TYPES, IMAGE_TYPES, PackingSource, column_types
 
 
 @database_argument

@@ -17,7 +17,7 @@ from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
 from gpcnn.engines.identifiers import TableError, checked_name
 from gpcnn.engines.install import ensure_installed
-from gpcnn.engines.packing import PackingSource, image_rows_sql, layout
+from gpcnn.engines.packing_sql import PackingSource, image_rows_sql, layout
 
 
 @database_argument

@@ -14,7 +14,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpcnn.data.arrays import class_values
+from gpcnn.data.array_checks import class_values
 from gpcnn.data.dealing import deal, validate_images
 from gpcnn.engines.identifiers import TableError
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Backend, Connection, Database, connect
 from gpcnn.engines.identifiers import TableError, TableName
-from gpcnn.engines.label_skew import SkewIndex
+from gpcnn.engines.label_skew_sql import SkewIndex
 from gpcnn.engines.table_records import TableRecords, made_by_gpcnn, relation_owner
 
 IMAGE_LAYOUT = 2  # 1: gpcnn 0.1, without ids

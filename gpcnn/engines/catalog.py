@@ -22,7 +22,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from gpcnn.engines import migrations, shapes
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 from gpcnn.engines.copying import write_chunks, write_streamed_chunks
 from gpcnn.engines.migrations import result_key
 from gpcnn.engines.results import assemble

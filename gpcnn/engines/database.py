@@ -1,7 +1,7 @@
 """The connection handle: one per (server, schema, dispatch, engine), cached, picklable, closed once.
 
 Everything in gpcnn takes a ``Database`` — never a SQLAlchemy engine, a backend and a schema side by
-side. The engine is detected once, on first use, among the registered ones (``registry``), unless
+side. The engine is detected once, on first use, among the registered ones (``engine_registry``), unless
 the handle names one (``engine_name``). Pickling keeps the URL without its password;
 an unpickled handle takes the password again from ``$GPCNN_DATABASE_URL``,
 ``$GPCNN_TEST_DATABASE_URL`` or the embedded cluster when they name the same server and user, else
@@ -17,8 +17,8 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from gpcnn.engines import registry
-from gpcnn.engines.base import Backend, check_chunk_bytes
+from gpcnn.engines import engine_registry
+from gpcnn.engines.backend import Backend, check_chunk_bytes
 from gpcnn.engines.sessions import POOL, connect_arguments
 
 DEFAULT_SCHEMA = "gpcnn"
@@ -129,10 +129,14 @@ class Database:
         chunk_bytes: int | None = None,
         engine_name: str | None = None,
     ) -> None:
-        if dispatch not in registry.dispatch_names():
-            raise ValueError(f"dispatch={dispatch!r}: choose one of {registry.dispatch_names()}")
+        if dispatch not in engine_registry.dispatch_names():
+            raise ValueError(
+                f"dispatch={dispatch!r}: choose one of {engine_registry.dispatch_names()}"
+            )
         if engine_name is not None:
-            registry.named_engine(engine_name)  # a name no engine has fails here, not on first use
+            engine_registry.named_engine(
+                engine_name
+            )  # a name no engine has fails here, not on first use
         if not isinstance(schema, str) or not schema:
             raise ValueError(f"schema must be a non-empty name, got {schema!r}")
         self.url = _driver_url(url)
@@ -154,11 +158,11 @@ class Database:
     def backend(self) -> Backend:
         """The engine's backend: the one named, else the one that detects the server (asked once)."""
         if self.engine_name is not None:
-            cls = registry.named_engine(self.engine_name)
+            cls = engine_registry.named_engine(self.engine_name)
         else:
             with self.engine.connect() as conn:
-                facts = conn.execute(sa.text(registry.SERVER_FACTS_SQL)).one()
-            cls = registry.detected_engine(registry.ServerFacts(*facts))
+                facts = conn.execute(sa.text(engine_registry.SERVER_FACTS_SQL)).one()
+            cls = engine_registry.detected_engine(engine_registry.ServerFacts(*facts))
         return cls(self.engine, self.schema, self.dispatch, self.chunk_bytes)
 
     @property

@@ -39,9 +39,9 @@ MERGED_ROW = ("integer", "bytea")
 KEY_ROW = ("integer", "integer", "bigint", "bytea")
 
 
-class Backend(ChunkTables, Protocol):
-    """What a dispatch needs of its engine's backend (``base.Backend``): the statements, and
-    where the merge of one statement runs."""
+class StatementSource(ChunkTables, Protocol):
+    """What a dispatch needs of its engine's ``backend.Backend``: the statements, and where the
+    merge of one statement runs."""
 
     def merges_in_database(self, keys: int, values: int) -> bool: ...
 
@@ -83,14 +83,14 @@ class Dispatch:
 
     Parameters
     ----------
-    backend : Backend
+    backend : StatementSource
         The engine whose statements it runs.
     """
 
     name: ClassVar[str] = "abstract"
     per_segment_sessions: ClassVar[bool] = False
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: StatementSource) -> None:
         self.backend = backend
 
     def session_count(self, segments: int) -> int:
@@ -208,7 +208,7 @@ class OneStatement(Dispatch):
 
 
 def merged_in_database(
-    backend: Backend,
+    backend: StatementSource,
     sessions: SegmentSessions,
     sql: str,
     params: dict,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 
 DOLLAR_TAG = "$gpcnn$"
 # Every function runs under this search path, whatever the caller's: nothing a user can create

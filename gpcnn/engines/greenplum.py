@@ -11,10 +11,10 @@ from typing import ClassVar
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend, ServerPlace
+from gpcnn.engines.backend import Backend, ServerPlace
 from gpcnn.engines.compiler import Compiler, text_safe
 from gpcnn.engines.dispatch import OneStatement
-from gpcnn.engines.registry import ServerFacts, register_engine
+from gpcnn.engines.engine_registry import ServerFacts, register_engine
 
 # The suffix a Greenplum error's message ends with: the segment, its host and port, the process;
 # without the slice where no query runs (a session ended when its segment's postmaster died).

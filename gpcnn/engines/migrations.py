@@ -13,9 +13,9 @@ import json
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 from gpcnn.engines.compiler import text_safe
-from gpcnn.engines.label_skew import skew_index
+from gpcnn.engines.label_skew_sql import skew_index
 from gpcnn.engines.shapes import (
     OWNED,
     OWNER_COLUMN,

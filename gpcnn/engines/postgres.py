@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 from gpcnn.engines.compiler import Compiler, text_safe
 from gpcnn.engines.dispatch import OneStatement, SessionPerSegment
-from gpcnn.engines.registry import ServerFacts, register_engine
+from gpcnn.engines.engine_registry import ServerFacts, register_engine
 
 
 class PostgresCompiler(Compiler):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 from gpcnn.engines.migrations import schema_exists
 from gpcnn.engines.shapes import OWNED, OWNER_COLUMN, qualified
 

@@ -10,7 +10,7 @@ from functools import cache
 
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 from gpcnn.engines.views import create_views_ddl
 
 

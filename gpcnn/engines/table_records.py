@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from gpcnn.engines import shapes
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 from gpcnn.engines.identifiers import TableName
 
 

@@ -14,7 +14,7 @@ views use only what PostgreSQL 12 has (Greenplum 7): a cast to ``json``, ``->>``
 
 from __future__ import annotations
 
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 
 VIEWS = ("run_diagnostics", "run_segment_diagnostics")
 FLOAT = "double precision"

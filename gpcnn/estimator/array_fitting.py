@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from gpcnn.data import arrays, pixels, staging
+from gpcnn.data import array_checks, pixels, staging
 from gpcnn.engines import Database
 from gpcnn.fit.validation import is_table
 
@@ -23,12 +23,14 @@ class ArrayFitting:
 
     def _checked_input(self, X, y, *, at_least_two: bool):
         """A table as it is (``_training_table`` checks its y), arrays through
-        ``gpcnn.data.arrays`` before anything reaches the database (negative rows for a model of
+        ``gpcnn.data.array_checks`` before anything reaches the database (negative rows for a model of
         rows only, as the tags say)."""
         if is_table(X):
             return X, y
         positive_only = self.__sklearn_tags__().input_tags.positive_only
-        return arrays.check_training(X, y, at_least_two=at_least_two, positive_only=positive_only)
+        return array_checks.check_training(
+            X, y, at_least_two=at_least_two, positive_only=positive_only
+        )
 
     def _reference(self, warm: bool) -> tuple[np.ndarray | None, Any]:
         """The classes and the model that arrays must fit: the fitted ones when training goes
@@ -38,7 +40,7 @@ class ArrayFitting:
     def _training_table(self, db: Database, X, y, classes: np.ndarray | None, model: Any):
         """The table to train on: ``X`` itself, or arrays, checked against ``model`` (None: one
         built for them) and staged with their labels' class indices among ``classes`` (None:
-        the labels' own, ``arrays.fit_classes``); the classes and the rows' width wait in
+        the labels' own, ``array_checks.fit_classes``); the classes and the rows' width wait in
         ``_arrays_fitted`` for ``_adopt``."""
         if is_table(X):
             if y is not None:
@@ -51,9 +53,9 @@ class ArrayFitting:
             )
         if classes is None:
             units = None if model is None else int(model.output_shape[-1])
-            classes, codes = arrays.fit_classes(y, units)
+            classes, codes = array_checks.fit_classes(y, units)
         else:
-            codes = arrays.known_classes(y, classes)
+            codes = array_checks.known_classes(y, classes)
         indices = np.array_equal(classes, np.arange(len(classes)))
         name = staging.stage(
             db,
@@ -76,7 +78,7 @@ class ArrayFitting:
         if fitted is None or is_table(validation) or not isinstance(validation, tuple):
             return validation
         x, y = validation
-        return x, arrays.known_classes(np.asarray(y), fitted[0])
+        return x, array_checks.known_classes(np.asarray(y), fitted[0])
 
 
 def is_builder(model: Any) -> bool:

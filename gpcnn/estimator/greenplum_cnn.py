@@ -16,15 +16,15 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from gpcnn.data import arrays
+from gpcnn.data import array_checks
 from gpcnn.data.label_skew import skew_warning
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
 from gpcnn.estimator import parameters, saving
 from gpcnn.estimator.array_fitting import ArrayFitting, is_builder, takes_rows
 from gpcnn.estimator.predicting import Predicting
-from gpcnn.fit import compiling, loop, model_library, rules, runs
-from gpcnn.fit.errors import TrainingError
+from gpcnn.fit import compiling, loop, rules, runs
+from gpcnn.fit.database_errors import TrainingError
 from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.training import Plan
 from gpcnn.fit.validation import (
@@ -35,6 +35,7 @@ from gpcnn.fit.validation import (
 from gpcnn.kernel import layout, wire
 from gpcnn.kernel.keras_setup import compiled_model
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions, SegmentOptions
+from gpcnn.serving import model_library
 
 
 class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
@@ -340,7 +341,7 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
             Training failed in the database.
         """
         if classes is not None:
-            classes = arrays.check_classes(classes, self._units())
+            classes = array_checks.check_classes(classes, self._units())
         X, y = self._checked_input(X, y, at_least_two=False)
         if not hasattr(self, "model_"):
             self._check_params()

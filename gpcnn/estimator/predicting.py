@@ -10,10 +10,9 @@ import dataclasses
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
-from gpcnn.data import arrays, pixels
+from gpcnn.data import array_checks, pixels
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.fit import loop
-from gpcnn.fit.predictions import probabilities, write_predictions
 from gpcnn.fit.validation import (
     check_model_fits,
     evaluate_arrays,
@@ -23,6 +22,7 @@ from gpcnn.fit.validation import (
 )
 from gpcnn.kernel import wire
 from gpcnn.kernel.protocol import SegmentOptions
+from gpcnn.serving.predictions import probabilities, write_predictions
 
 
 class Predicting:
@@ -63,7 +63,9 @@ class Predicting:
 
     def _arrays_input(self, x) -> np.ndarray:
         """Arrays checked and shaped as ``model_`` takes them (``gpcnn.data.pixels``' rules)."""
-        x = arrays.check_images(x, positive_only=self.__sklearn_tags__().input_tags.positive_only)
+        x = array_checks.check_images(
+            x, positive_only=self.__sklearn_tags__().input_tags.positive_only
+        )
         shape = pixels.fitted_shape(
             pixels.item_shape(x), self.model_.input_shape[1:], where="X", caller=type(self).__name__
         )
@@ -211,7 +213,7 @@ class Predicting:
             return values
         if y is None:
             raise ValueError("evaluate(x, y) needs labels for arrays")
-        codes = arrays.known_classes(np.asarray(y), self.classes_)
+        codes = array_checks.known_classes(np.asarray(y), self.classes_)
         return evaluate_arrays(self.model_, self._arrays_input(x), codes)
 
     def score(self, X, y=None, sample_weight=None) -> float:

@@ -1,2 +1,3 @@
-"""The fit layer: one fit's iterations (the loop), the client-side merge rules, stored runs,
-predictions into tables, and database errors told as where and why."""
+"""The fit layer: one fit's iterations (the loop), the client-side merge rules, the diagnostics
+and the forecast of the gap to one worker, stored runs, and database errors told as where and
+why."""

@@ -20,8 +20,8 @@ from gpcnn.engines import Database
 from gpcnn.engines.install import ensure_installed
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.fit import runs
+from gpcnn.fit.database_errors import TrainingError, database_call
 from gpcnn.fit.diagnostics import flat_row
-from gpcnn.fit.errors import TrainingError, database_call
 from gpcnn.fit.schedule import Slice
 from gpcnn.fit.training import Plan, Training
 from gpcnn.kernel import wire

@@ -1,5 +1,5 @@
 """What a fit tells while it runs, as Keras callbacks that every fit adds before the user's: the
-``gpcnn`` logger's line per iteration, the early warning once epoch 3 ends (``forecast``), the
+``gpcnn`` logger's line per iteration, the early warning once epoch 3 ends (``forecast.early_warning``), the
 progress bar (``verbose=1``) and Keras's line per epoch (``verbose=2``). Imported when a fit
 starts: it imports Keras."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from gpcnn.fit.forecast import EARLY_EPOCHS, forecast_gap
+from gpcnn.fit.forecast.early_warning import EARLY_EPOCHS, forecast_gap
 from gpcnn.kernel.keras_setup import keras_module
 
 PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")

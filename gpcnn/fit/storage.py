@@ -15,7 +15,7 @@ import numpy as np
 from gpcnn.engines import Database
 from gpcnn.engines.catalog import Catalog, reclaim
 from gpcnn.engines.transfers import StoredStart
-from gpcnn.fit.errors import TrainingError, database_call, once_more_if_lost
+from gpcnn.fit.database_errors import TrainingError, database_call, once_more_if_lost
 
 
 @dataclass(frozen=True)

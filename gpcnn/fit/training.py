@@ -26,8 +26,8 @@ from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.transfers import EVERY_KEY, StoredStart
 from gpcnn.fit import rules
+from gpcnn.fit.database_errors import TrainingError, database_call
 from gpcnn.fit.diagnostics import Diagnostics
-from gpcnn.fit.errors import TrainingError, database_call
 from gpcnn.fit.schedule import Schedule
 from gpcnn.fit.storage import DEFAULT_RETENTION, CheckpointStream, IterationStore, Retention
 from gpcnn.kernel import averaging, local_steps, wire

@@ -14,7 +14,7 @@ from gpcnn.data.tables import ImageTable, TableName, describe
 from gpcnn.engines import Database
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.transfers import StoredStart
-from gpcnn.fit.errors import database_call
+from gpcnn.fit.database_errors import database_call
 from gpcnn.kernel import keras_setup, wire
 from gpcnn.kernel.protocol import SegmentOptions
 

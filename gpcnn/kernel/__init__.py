@@ -3,8 +3,8 @@ the image-weighted average (``averaging``), what crosses into the database with 
 (``protocol``), the check of stored model and compile configs before Keras reads them
 (``config_check``), TensorFlow kept apart from PostgreSQL's JIT (``server_guard``), Keras's setup
 and the one model build (``keras_setup``), the named layout of start and trained vectors
-(``layout``), errors (``errors``), ``pack_table``'s decoding (``arrays``), the cached model and its
-state (``models``), aggregate states (``states``), the merge rules' local-step hooks
+(``layout``), errors (``segment_errors``), ``pack_table``'s decoding (``sql_arrays``), the cached model and
+its state (``keras_state``), aggregate states (``states``), the merge rules' local-step hooks
 (``local_steps``), the chunked merge (``merging``) and the functions the database calls
 (``segment``).
 
@@ -22,9 +22,9 @@ BUNDLE = (
     "server_guard",
     "keras_setup",
     "layout",
-    "errors",
-    "arrays",
-    "models",
+    "segment_errors",
+    "sql_arrays",
+    "keras_state",
     "states",
     "local_steps",
     "merging",

@@ -10,7 +10,7 @@ The training aggregate, MADlib-style (docs/design.md, The aggregate protocol), w
 - ``train_transition`` runs once per row. The segment's first buffer comes once per chunk of its
   start vector (joined from ``transfers``): the chunks are assembled in this process
   (``states``), then the cached model takes the weights, the optimizer is reset (or set) and the
-  random state fixed (``models``), and every buffer is trained with a ``train_on_batch`` loop
+  random state fixed (``keras_state``), and every buffer is trained with a ``train_on_batch`` loop
   (followed by the rule's ``local_steps``), accumulating image-weighted loss and metrics. Every
   random stream derives from the shard's position (``SegmentOptions.shard``), never from the key,
   which the engine chose. On the last buffer (the image count reaches ``expected``) the trained
@@ -36,15 +36,15 @@ from typing import Any
 import numpy as np
 
 from . import wire
-from .arrays import array_values, first_out_of_range, image_bytes, little_endian, pixel_bytes
 from .averaging import squared_distance
-from .errors import SegmentError, on_segment
 from .keras_setup import compiled, keras_module, rebuilt
+from .keras_state import probe, reset_optimizer, seed_everything, set_rate, shuffled_order
 from .layout import OPTIMIZER, WEIGHTS, model_layout
 from .local_steps import LocalSteps, sends
 from .merging import merge_chunk_final, merge_chunk_transition
-from .models import probe, reset_optimizer, seed_everything, set_rate, shuffled_order
 from .protocol import SegmentOptions
+from .segment_errors import SegmentError, on_segment
+from .sql_arrays import array_values, first_out_of_range, image_bytes, little_endian, pixel_bytes
 from .states import (
     STATE_MAGIC,
     add_states,

@@ -18,8 +18,8 @@ import struct
 import numpy as np
 
 from . import wire
-from .errors import SegmentError
 from .protocol import SegmentOptions
+from .segment_errors import SegmentError
 
 STATE_MAGIC = b"GPCS"
 RESULT_MAGIC = b"GPCR"

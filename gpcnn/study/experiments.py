@@ -35,15 +35,14 @@ from gpcnn.engines import Database
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.estimator.named_models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.fit import runs
-from gpcnn.fit.rules import RULES as MERGE_RULES
-from gpcnn.fit.rules import check_options
+from gpcnn.fit.rules import RULES, check_options
 from gpcnn.kernel import keras_setup, segment, wire
 from gpcnn.study import own_data, report
 from gpcnn.study.specs import RunSpec, merges_in
 
 # The study's references around the registry's rules: one worker, K workers that never merge,
 # then every other rule in the registry's order, and synchronous data parallelism.
-RULES = ("single", "none", *(name for name in MERGE_RULES if name != "none"), "sync")
+STUDY_RULES = ("single", "none", *(name for name in RULES if name != "none"), "sync")
 
 
 def plan(
@@ -69,9 +68,9 @@ def plan(
     the user's (``from_table``), each layout (a column whose equal values ``pack_table`` keeps on
     one segment; None: IID). A merge
     frequency is a count or a schedule of counts per epoch, the last repeating."""
-    unknown = set(rules) - set(RULES)
+    unknown = set(rules) - set(STUDY_RULES)
     if unknown:
-        raise ValueError(f"unknown rules {sorted(unknown)}: choose from {', '.join(RULES)}")
+        raise ValueError(f"unknown rules {sorted(unknown)}: choose from {', '.join(STUDY_RULES)}")
     if common.get("model", "small-cnn") not in MODELS and not common.get("library_model"):
         raise ValueError(f"model {common['model']!r}: choose one of {', '.join(MODELS)}")
     if common.get("from_table") and any(skew is not None for skew in skews):
@@ -426,9 +425,9 @@ def write_outputs(out: str | Path, target: float | None = None) -> list[dict]:
     from gpcnn.study import plots
 
     out = Path(out)
-    rows = report.collect(out, RULES)
+    rows = report.collect(out, STUDY_RULES)
     report.write_csv(rows, out / "history.csv")
-    plots.write_figures(rows, out, RULES)
+    plots.write_figures(rows, out, STUDY_RULES)
     text = report.report(rows, target, report.collect_segments(out))
     (out / "report.md").write_text(text)
     return rows

@@ -23,9 +23,9 @@ from gpcnn.data.packing import pack_table
 from gpcnn.data.tables import TableError, TableName, describe, drop_table, resolved_name
 from gpcnn.engines import Database
 from gpcnn.engines.identifiers import MAX_NAME_BYTES
-from gpcnn.engines.packing import PackingSource, column_types
+from gpcnn.engines.packing_sql import PackingSource, column_types
 from gpcnn.estimator.named_models import MODELS
-from gpcnn.fit import model_library
+from gpcnn.serving import model_library
 from gpcnn.study.specs import RunSpec
 
 

@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from gpcnn.fit.diagnostics import flat_row
-from gpcnn.fit.rules import RULES as MERGE_RULES
+from gpcnn.fit.rules import RULES
 
 PANELS = (
     ("loss", "training loss"),
@@ -127,7 +127,7 @@ def _rule_words(merge: str) -> str:
     ``sync`` in words too; else its name."""
     if merge == "sync":
         return "synchronous"
-    return MERGE_RULES[merge].words if merge in MERGE_RULES else merge
+    return RULES[merge].words if merge in RULES else merge
 
 
 def _label(meta: dict, by_frequency: bool) -> str:

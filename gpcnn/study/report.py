@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gpcnn.fit.diagnostics import flat_row
+from gpcnn.fit.forecast.gap_law import at_epoch, settings
 from gpcnn.study.specs import RunSpec
 
 REPORT_EPOCHS = (1, 5, 10, 15, 20)
@@ -120,28 +121,10 @@ def read_csv(path: Path) -> list[dict]:
 # -- statistics -----------------------------------------------------------------------------------
 
 
-def settings(rows: Sequence[dict]) -> dict[str, list[list[dict]]]:
-    """Setting -> one history per seed, in the rows' order."""
-    runs: dict[str, list[dict]] = {}
-    for row in rows:
-        runs.setdefault(row["run"], []).append(row)
-    grouped: dict[str, list[list[dict]]] = {}
-    for history in runs.values():
-        grouped.setdefault(history[0].get("setting", history[0]["run"]), []).append(history)
-    return grouped
-
-
 def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
     """Mean and sample standard deviation (None for one value)."""
     mean = statistics.fmean(values)
     return mean, (statistics.stdev(values) if len(values) > 1 else None)
-
-
-def at_epoch(history: Sequence[dict], epoch: float, metric: str) -> float | None:
-    for row in history:
-        if math.isclose(row["epoch"], epoch) and row.get(metric) is not None:
-            return row[metric]
-    return None
 
 
 def epochs_to(history: Sequence[dict], target: float) -> float | None:

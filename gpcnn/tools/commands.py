@@ -9,7 +9,7 @@ import json
 
 from gpcnn.data.by_name import check_path, load_by_name
 from gpcnn.engines import connect
-from gpcnn.fit.forecast import forecast_gap
+from gpcnn.fit.forecast.early_warning import forecast_gap
 from gpcnn.tools import embedded
 
 
@@ -55,7 +55,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 def _table_dict(info) -> dict:
     """An image table as ``gpcnn tables show --json`` prints it."""
-    from gpcnn.engines.label_skew import segment_distances
+    from gpcnn.engines.label_skew_sql import segment_distances
 
     skew = info.label_skew
     return {
@@ -233,7 +233,7 @@ def _diagnostics_lines(row: dict) -> list[str]:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from gpcnn.fit import model_library
+    from gpcnn.serving import model_library
 
     db = connect_from(args)
     if args.action == "list":

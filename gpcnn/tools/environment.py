@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 import gpcnn.fit.rules  # noqa: F401  (its plug-ins, loaded on import, are reported)
 from gpcnn.deprecation import database_argument
-from gpcnn.engines import Database, DatabaseError, connect, registry
+from gpcnn.engines import Database, DatabaseError, connect, engine_registry
 from gpcnn.engines.install import InstallError, ensure_installed, ensure_plpython
 
 
@@ -231,5 +231,5 @@ def check_environment(database: Database | str | None = None) -> EnvironmentRepo
         probes=probes,
         schema=db.schema,
         facts=backend.doctor_facts(),
-        plugins={group: list(names) for group, names in registry.PLUGINS.items()},
+        plugins={group: list(names) for group, names in engine_registry.PLUGINS.items()},
     )

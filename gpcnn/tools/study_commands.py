@@ -10,7 +10,7 @@ from pathlib import Path
 from gpcnn.data.by_name import DATASET_NAMES
 from gpcnn.estimator import OPTIMIZER_STATES
 from gpcnn.estimator.named_models import MODELS, OPTIMIZERS
-from gpcnn.study.experiments import RULES
+from gpcnn.study.experiments import STUDY_RULES
 from gpcnn.tools.commands import connect_from
 
 
@@ -108,11 +108,11 @@ def cmd_converge(args: argparse.Namespace) -> int:
 
 def cmd_mop(args: argparse.Namespace) -> int:
     """Study part h: configurations trained by the model hopper and one after another merged."""
-    from gpcnn.study import hopping
+    from gpcnn.study import hopper_vs_merge
 
-    runs = hopping.plan(
+    runs = hopper_vs_merge.plan(
         args.dataset,
-        hopping.parse_configurations(args.configs),
+        hopper_vs_merge.parse_configurations(args.configs),
         args.merge,
         args.segments[0],
         args.iterations,
@@ -122,7 +122,11 @@ def cmd_mop(args: argparse.Namespace) -> int:
         optimizer_state=args.optimizer_state[0],
     )
     print(f"MOP against the merge: {sum(map(len, runs.values()))} runs into {args.out}/")
-    print(hopping.run_part(connect_from(args), runs, args.out, path=args.path, target=args.target))
+    print(
+        hopper_vs_merge.run_part(
+            connect_from(args), runs, args.out, path=args.path, target=args.target
+        )
+    )
     return 0
 
 
@@ -367,9 +371,9 @@ def add_parsers(sub, with_database) -> None:
     )
     converge.add_argument(
         "--merge",
-        type=_choices(RULES),
-        default=",".join(RULES),
-        help=f"rules, comma-separated: {','.join(RULES)}",
+        type=_choices(STUDY_RULES),
+        default=",".join(STUDY_RULES),
+        help=f"rules, comma-separated: {','.join(STUDY_RULES)}",
     )
     converge.add_argument(
         "--merges-per-epoch",
@@ -402,7 +406,7 @@ def add_parsers(sub, with_database) -> None:
     mop.add_argument("--path", help="file or folder of the dataset (default per dataset)")
     mop.add_argument("--segments", type=_int_list, default="4", help="K")
     mop.add_argument(
-        "--merge", type=_choices(RULES), default="average,bmuf", help="rules to compare with"
+        "--merge", type=_choices(STUDY_RULES), default="average,bmuf", help="rules to compare with"
     )
     mop.add_argument(
         "--configs",

@@ -25,8 +25,8 @@ group ``gpcnn.rules``) combines the registered hooks, with a client-side
 part of its own (tests/test_rule_plugins.py defines one).
 """
 
-from gpcnn.fit.rules.base import MergeRule, Range, SegmentModels
-from gpcnn.fit.rules.registry import (
+from gpcnn.fit.rules.merge_rule import MergeRule, Range, SegmentModels
+from gpcnn.fit.rules.rule_registry import (
     RULES,
     check_options,
     make_rule,
@@ -46,7 +46,7 @@ from gpcnn.fit.rules.fedadam import FedAdam  # isort: skip
 from gpcnn.fit.rules.fedyogi import FedYogi  # isort: skip
 from gpcnn.fit.rules.fednova import FedNova  # isort: skip
 
-from gpcnn.engines.registry import load_plugins  # isort: skip
+from gpcnn.engines.engine_registry import load_plugins  # isort: skip
 
 RULE_PLUGINS = "gpcnn.rules"  # the entry-point group of merge rules from other packages
 load_plugins(RULE_PLUGINS)  # after the built-in rules, in the order installed

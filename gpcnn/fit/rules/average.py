@@ -4,8 +4,8 @@ the database."""
 
 from __future__ import annotations
 
-from gpcnn.fit.rules.base import POOLED, MergeRule
-from gpcnn.fit.rules.registry import register_rule
+from gpcnn.fit.rules.merge_rule import POOLED, MergeRule
+from gpcnn.fit.rules.rule_registry import register_rule
 from gpcnn.kernel.averaging import Vector
 
 

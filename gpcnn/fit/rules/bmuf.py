@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpcnn.fit.rules.base import MergeRule, Range
-from gpcnn.fit.rules.registry import register_rule
+from gpcnn.fit.rules.merge_rule import MergeRule, Range
+from gpcnn.fit.rules.rule_registry import register_rule
 from gpcnn.kernel.averaging import Vector
 
 

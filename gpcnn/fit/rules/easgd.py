@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from gpcnn.fit.rules.base import Range, SegmentModels
-from gpcnn.fit.rules.registry import register_rule
+from gpcnn.fit.rules.merge_rule import Range, SegmentModels
+from gpcnn.fit.rules.rule_registry import register_rule
 
 
 @register_rule("easgd", words="EASGD")

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpcnn.fit.rules.average import Average
-from gpcnn.fit.rules.base import Range
-from gpcnn.fit.rules.registry import register_rule
+from gpcnn.fit.rules.merge_rule import Range
+from gpcnn.fit.rules.rule_registry import register_rule
 
 
 @register_rule("fedprox")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpcnn.fit.rules.fedadam import FedAdam
-from gpcnn.fit.rules.registry import register_rule
+from gpcnn.fit.rules.rule_registry import register_rule
 
 
 @register_rule("fedyogi")

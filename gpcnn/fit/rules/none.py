@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpcnn.fit.rules.base import SegmentModels
-from gpcnn.fit.rules.registry import register_rule
+from gpcnn.fit.rules.merge_rule import SegmentModels
+from gpcnn.fit.rules.rule_registry import register_rule
 
 
 @register_rule("none", words="never merged")

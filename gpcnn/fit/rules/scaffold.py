@@ -11,8 +11,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from gpcnn.fit.rules.base import SERVER_LR, MergeRule, Range, trainable_step
-from gpcnn.fit.rules.registry import register_rule
+from gpcnn.fit.rules.merge_rule import SERVER_LR, MergeRule, Range, trainable_step
+from gpcnn.fit.rules.rule_registry import register_rule
 from gpcnn.kernel.averaging import Vector
 
 

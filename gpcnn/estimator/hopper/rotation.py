@@ -34,8 +34,8 @@ from gpcnn.data.tables import ImageTable
 from gpcnn.engines import Database, TrainingCall
 from gpcnn.engines.catalog import Catalog
 from gpcnn.fit import runs
+from gpcnn.fit.database_errors import TrainingError, database_call
 from gpcnn.fit.diagnostics import Diagnostics
-from gpcnn.fit.errors import TrainingError, database_call
 from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.storage import DEFAULT_RETENTION
 from gpcnn.fit.validation import Validation

@@ -1,6 +1,6 @@
 """Seconds per epoch of every setting of the study's parts, from one interleaved run (issue 15).
 
-    .venv/bin/python study/study_seconds.py docs/img/study/a [PART ...] --rounds 3 \
+    .venv/bin/python reproduce/seconds.py docs/img/study/a [PART ...] --rounds 3 \
         [--settings NAME,...] --out docs/img/study/seconds-PART.json
 
 docs/convergence.md gives the time to a target accuracy as a setting's epochs to the target (from
@@ -11,7 +11,7 @@ epochs, in the same order in every round; a setting's seconds per epoch are the 
 seconds (training, merge, validation, storing: the history rows' ``seconds``) of its last epoch,
 so the segment processes' first trace of the model is left out. The runs go into a temporary
 folder and are deleted from the database; the image tables are the study's (loaded on first use).
-``study_report.py --seconds`` reads the result.
+``report.py --seconds`` reads the result.
 
 The result is written after every timed fit, so a run killed part-way resumes: started again
 with the same parts, settings and ``--epochs``, it keeps the fits ``--out`` already holds and
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import gpcnn
 from gpcnn.fit import runs
-from gpcnn.study import experiments, hopping
+from gpcnn.study import experiments, hopper_vs_merge
 from gpcnn.study.specs import RunSpec, merges_in
 
 
@@ -66,7 +66,7 @@ def part_h_settings(part: Path) -> dict[str, list[RunSpec]]:
         for path in sorted((folder / "runs").glob("*.json")):
             spec = RunSpec(**json.loads(path.read_text())["spec"])
             methods.setdefault(spec.merge, []).append(spec)
-    if hopping.HOPPER not in methods:
+    if hopper_vs_merge.HOPPER not in methods:
         raise SystemExit(f"--part-h: no hopper runs in {part}")
     return methods
 
@@ -99,8 +99,10 @@ def hopper_epoch_seconds(db, specs: list[RunSpec], epochs: int) -> float:
     """Seconds of the last of ``epochs`` hopper epochs of all ``specs`` at once."""
     specs = [dataclasses.replace(spec, iterations=epochs) for spec in specs]
     with tempfile.TemporaryDirectory() as out:
-        _deleting_new_runs(db, lambda: hopping.run_hopper(db, specs, Path(out), progress=False))
-        first = hopping.folder(Path(out), specs[0]) / "runs" / f"{specs[0].name}.json"
+        _deleting_new_runs(
+            db, lambda: hopper_vs_merge.run_hopper(db, specs, Path(out), progress=False)
+        )
+        first = hopper_vs_merge.folder(Path(out), specs[0]) / "runs" / f"{specs[0].name}.json"
         history = json.loads(first.read_text())["history"]
     return _last_epochs(history, epochs)
 
@@ -114,11 +116,13 @@ def _timed_settings(args) -> list[tuple[str, object]]:
             for s in specs
         ]
     methods = part_h_settings(args.part_h)
-    hopped = methods.pop(hopping.HOPPER)
-    timed = [(hopping.HOPPER, lambda db, cache: hopper_epoch_seconds(db, hopped, args.epochs))]
+    hopped = methods.pop(hopper_vs_merge.HOPPER)
+    timed = [
+        (hopper_vs_merge.HOPPER, lambda db, cache: hopper_epoch_seconds(db, hopped, args.epochs))
+    ]
     for method, specs in methods.items():
         for spec in specs:
-            name = f"{method} {hopping.folder(Path(), spec).name}"
+            name = f"{method} {hopper_vs_merge.folder(Path(), spec).name}"
             timed.append((name, lambda db, cache, s=spec: epoch_seconds(db, s, args.epochs, cache)))
     return timed
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from gpcnn.fit.rules.base import POOLED, SHARED_RANGES, MergeRule, Range
+from gpcnn.fit.rules.merge_rule import POOLED, SHARED_RANGES, MergeRule, Range
 from gpcnn.kernel import local_steps
 from gpcnn.kernel.averaging import Vector
 

@@ -6,7 +6,7 @@ drift ratio of its epochs 1 to 3 (``diagnostics``: the spread of the segment mod
 step), over 24 runs of Fashion-MNIST with ``bn_cnn`` and momentum SGD at K = 4 and 8: 12 on IID
 tables (average and block momentum, 1 and 4 merges per epoch) and 12 on label-skewed ones
 (Dirichlet alpha = 0.1 and its remedies). Rank correlation 0.83, the line below, leave-one-out error
-2.8 points (docs/convergence.md, "The early warning"; ``study/study_early_warning.py`` prints these
+2.8 points (docs/convergence.md, "The early warning"; ``reproduce/early_warning.py`` prints these
 numbers). It is one model and one dataset's line: on others it says which way a fit is heading,
 not by how much. Under strong label skew it forecasts too little: scored on parts c and g's
 alpha = 0.1 runs, which it was not fitted on, it missed by 5 to 23 points (docs/convergence.md,

@@ -17,7 +17,7 @@ import math
 import numpy as np
 import sqlalchemy as sa
 
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 from gpcnn.engines.compiler import text_safe
 
 ARRAY_TYPES = ("real[]", "double precision[]", "smallint[]", "integer[]")

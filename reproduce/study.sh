@@ -2,42 +2,42 @@
 # The convergence study of docs/convergence.md (issue 15): the BatchNorm CNN on Fashion-MNIST
 # 60k/10k, shuffled buffers, 15 epochs at one merge per epoch. One part per invocation:
 #
-#   bash study/study.sh sweep   # learning rates for one worker, per optimizer (run first)
-#   bash study/study.sh a       # with merge vs without: single, none, average, bmuf (K = 4, 8)
-#   bash study/study.sh b       # the optimizer's state: momentum/Adam x reset/local/average, K = 4
+#   bash reproduce/study.sh sweep   # learning rates for one worker, per optimizer (run first)
+#   bash reproduce/study.sh a       # with merge vs without: single, none, average, bmuf (K = 4, 8)
+#   bash reproduce/study.sh b       # the optimizer's state: momentum/Adam x reset/local/average, K = 4
 #                               # (and one worker per optimizer)
-#   bash study/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
-#   bash study/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
-#   bash study/study.sh e       # sync with and without lr x K, K = 4
-#   bash study/study.sh f       # K = 8, IID (issue 24): bmuf at 1 (part a's), 2 and 4 merges per
+#   bash reproduce/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
+#   bash reproduce/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
+#   bash reproduce/study.sh e       # sync with and without lr x K, K = 4
+#   bash reproduce/study.sh f       # K = 8, IID (issue 24): bmuf at 1 (part a's), 2 and 4 merges per
 #                               # epoch, post-local SGD (average at 8/8/1), fedadam, then fedprox,
 #                               # scaffold, fedyogi; seed 0 of all first
-#   bash study/study.sh f ARGS  # the best of them at K = 4, e.g. f --merge bmuf --merges-per-epoch 4
-#   bash study/study.sh g       # label skew alpha 0.1, K = 4: average, bmuf (part c's), scaffold,
+#   bash reproduce/study.sh f ARGS  # the best of them at K = 4, e.g. f --merge bmuf --merges-per-epoch 4
+#   bash reproduce/study.sh g       # label skew alpha 0.1, K = 4: average, bmuf (part c's), scaffold,
 #                               # fedprox (mu 0.01, 0.1), fedadam; gn-cnn (GroupNorm) with one
 #                               # worker and average; seed 0 of all first
-#   bash study/study.sh g ARGS  # gn-cnn with the best of them, e.g. g --merge scaffold
-#   bash study/study.sh i       # remedies for label skew alpha 0.1, K = 4 (issue 47): a shared
+#   bash reproduce/study.sh g ARGS  # gn-cnn with the best of them, e.g. g --merge scaffold
+#   bash reproduce/study.sh i       # remedies for label skew alpha 0.1, K = 4 (issue 47): a shared
 #                               # sample of 1 % and 5 %, pooled BatchNorm statistics, FedNova,
 #                               # SCAFFOLD with GroupNorm at 4 merges per epoch; seed 0 of all first
-#   bash study/study.sh i3 ARGS # the third seed (its own Dirichlet draw) of the average, the IID
+#   bash reproduce/study.sh i3 ARGS # the third seed (its own Dirichlet draw) of the average, the IID
 #                               # average (part a's) and the best remedy, e.g. i3 --merge fednova
-#   bash study/study.sh j       # K = 16 and 2 (issue 49): average, bmuf, bmuf at 4 merges per
+#   bash reproduce/study.sh j       # K = 16 and 2 (issue 49): average, bmuf, bmuf at 4 merges per
 #                               # epoch, IID; K = 4, 8 and one worker are parts a's and f's; the
 #                               # segment processes' peak memory into j/peak-rss.txt
-#   bash study/study.sh j3      # epochs 1-3 of the reused K = 4, 8 settings again, for their
+#   bash reproduce/study.sh j3      # epochs 1-3 of the reused K = 4, 8 settings again, for their
 #                               # drift ratios, into j/early/ (not bit-identical to parts a and f,
 #                               # made by earlier code: per setting, not per run)
-#   bash study/study.sh cg3     # epochs 1-3 of parts c's and g's K = 4 settings again (seed 0),
+#   bash reproduce/study.sh cg3     # epochs 1-3 of parts c's and g's K = 4 settings again (seed 0),
 #                               # for their drift ratios, into c/early/ and g/early/
-#   bash study/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
+#   bash reproduce/study.sh h       # MOP against the merge: 4 configurations (momentum, adam x batch
 #                               # 32, 64) by the model hopper and one after another with average
 #                               # and bmuf, K = 4, seeds 0 and 1 (docs/merge.md, "The model hopper")
 #
 # Every part is resumable: rerun it and finished runs are reused, a half-done run continues from
 # its last stored iteration. Results land in docs/img/study/<part>/ (history.csv, report.md,
 # figures). Parts a-e take their learning rates from the sweep's committed results
-# (study/study_lr.py); f and g run the rules with their default options (docs/merge.md) unless
+# (reproduce/learning_rates.py); f and g run the rules with their default options (docs/merge.md) unless
 # given (--merge-option), and g's gn-cnn takes bn-cnn's learning rate. STUDY_SEEDS (default
 # "0 1") limits f's and g's loops to some seeds, e.g. STUDY_SEEDS=0 for a first pass over both
 # parts. STUDY_NICE (default 0) lowers the priority of the client and, when this
@@ -46,7 +46,7 @@
 # its own, so also `echo 19 > /proc/<postmaster pid>/autogroup` to let other work go first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-part=${1:?usage: study/study.sh sweep|a|b|c|d|e|f|g|h|i|i3|j|j3}
+part=${1:?usage: reproduce/study.sh sweep|a|b|c|d|e|f|g|h|i|i3|j|j3}
 py=(nice -n "${STUDY_NICE:-0}" .venv/bin/python)
 gpcnn=("${py[@]}" -m gpcnn.tools.cli)
 schema=(--schema gpcnn_study)  # a schema of its own: nothing else upgrades its functions
@@ -55,7 +55,7 @@ out=docs/img/study
 "${gpcnn[@]}" install "${schema[@]}" >/dev/null  # this checkout's in-database code
 
 fashion=(--dataset fashion-mnist --model bn-cnn --shuffle --iterations 15 "${schema[@]}")
-lr() { "${py[@]}" study/study_lr.py "$out/sweep" "$1"; }
+lr() { "${py[@]}" reproduce/learning_rates.py "$out/sweep" "$1"; }
 # Part a's runs of settings that part $1 shares with it (seeds 0, 1), copied into it: the same
 # specs, so the part reuses them instead of training them again (a rerun is bit-identical:
 # docs/convergence.md, part b). $2...: the settings.
@@ -71,7 +71,7 @@ single=fashion-mnist-single-k1-m1-shuffled-bn-cnn-momentum  # one worker, for th
 
 case $part in
 sweep)
-  # Four epochs of one worker per learning rate; study_lr.py picks the best mean validation
+  # Four epochs of one worker per learning rate; learning_rates.py picks the best mean validation
   # accuracy over epochs 3-4.
   for rate in 0.003 0.01 0.03 0.1; do
     "${gpcnn[@]}" converge "${fashion[@]}" --iterations 4 --segments 1 --merge single \
@@ -81,7 +81,7 @@ sweep)
     "${gpcnn[@]}" converge "${fashion[@]}" --iterations 4 --segments 1 --merge single \
       --optimizer adam --learning-rate $rate --out "$out/sweep/adam-lr$rate"
   done
-  "${py[@]}" study/study_lr.py "$out/sweep"
+  "${py[@]}" reproduce/learning_rates.py "$out/sweep"
   ;;
 a)
   momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
@@ -226,7 +226,7 @@ j | j3)
 cg3)
   # Epochs 1-3 of parts c and g's K = 4 settings again, seed 0, now with the diagnostics (their
   # 15-epoch runs came before them): each setting's early drift ratio beside its final gap
-  # (study_early_warning.py pairs them by name). About 11 x 3 epochs, 15 min.
+  # (early_warning.py pairs them by name). About 11 x 3 epochs, 15 min.
   momentum=(--optimizer momentum --learning-rate "$(lr momentum)" --optimizer-state local)
   early=("${gpcnn[@]}" converge "${fashion[@]}" "${momentum[@]}" --iterations 3 --segments 4
     --seeds 0)

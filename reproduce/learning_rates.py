@@ -1,7 +1,7 @@
-"""The study's learning rate per optimizer, from the sweep's committed history (study/study.sh sweep).
+"""The study's learning rate per optimizer, from the sweep's committed history (reproduce/study.sh sweep).
 
-    .venv/bin/python study/study_lr.py docs/img/study/sweep            # the table
-    .venv/bin/python study/study_lr.py docs/img/study/sweep momentum   # the chosen rate, alone
+    .venv/bin/python reproduce/learning_rates.py docs/img/study/sweep            # the table
+    .venv/bin/python reproduce/learning_rates.py docs/img/study/sweep momentum   # the chosen rate, alone
 
 Each sweep folder ``<optimizer>-lr<rate>`` holds one worker's run of four epochs; a rate's score is
 its mean validation accuracy over the last two epochs (one epoch alone moves by a point or more with

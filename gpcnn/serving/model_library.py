@@ -13,7 +13,7 @@ from typing import Any
 
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
-from gpcnn.engines.library import Library, StoredModel
+from gpcnn.engines.library_sql import Library, StoredModel
 from gpcnn.kernel import wire
 from gpcnn.kernel.keras_setup import rebuilt
 

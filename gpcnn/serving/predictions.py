@@ -25,7 +25,7 @@ from gpcnn.data.tables import (
 from gpcnn.engines import Database, transfers
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.table_records import TableRecords, made_by_gpcnn, not_gpcnns, relation_owner
-from gpcnn.fit.errors import database_call
+from gpcnn.fit.database_errors import database_call
 from gpcnn.kernel.protocol import SegmentOptions
 
 PRED_TYPES = ("response", "prob", "topk")

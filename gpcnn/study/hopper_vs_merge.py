@@ -26,7 +26,7 @@ from gpcnn.estimator import fit_multiple
 from gpcnn.estimator.named_models import MODELS, OPTIMIZERS, optimizer
 from gpcnn.kernel import keras_setup
 from gpcnn.study import report
-from gpcnn.study.experiments import RULES, _tables, run_one
+from gpcnn.study.experiments import STUDY_RULES, _tables, run_one
 from gpcnn.study.specs import RunSpec
 
 HOPPER = "hopper"
@@ -72,7 +72,7 @@ def plan(
 ) -> dict[str, list[RunSpec]]:
     """Method (``hopper`` and each merge rule) -> one spec per seed and configuration, seed by
     seed, the configurations in order within each."""
-    allowed = [rule for rule in RULES if rule not in ("single", "sync")]
+    allowed = [rule for rule in STUDY_RULES if rule not in ("single", "sync")]
     bad = [rule for rule in merges if rule not in allowed]
     if bad:
         raise ValueError(f"merges {bad}: choose rules of the database, {', '.join(allowed)}")
@@ -162,7 +162,7 @@ def run_part(
     rows = [
         {"configuration": name, **row}
         for name in configurations
-        for row in report.collect(out / name, (*RULES, HOPPER))
+        for row in report.collect(out / name, (*STUDY_RULES, HOPPER))
     ]
     report.write_csv(rows, out / "history.csv")
     histories: dict[tuple[str, str], list[list[dict]]] = {}

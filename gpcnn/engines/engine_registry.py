@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpcnn.engines.base import Backend, ServerPlace
+    from gpcnn.engines.backend import Backend, ServerPlace
 
 # One round trip: what the server says it is (gp_role exists on the Greenplum family only).
 SERVER_FACTS_SQL = "SELECT version(), current_setting('gp_role', true)"

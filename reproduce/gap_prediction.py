@@ -1,11 +1,11 @@
 """Part j's prediction (issue 49): the gap to one worker at epoch 15 as a function of K, fitted on
 K <= 8 and extrapolated to K = 2 and K = 16 before those runs exist, then scored against them.
 
-    .venv/bin/python study/study_prediction.py predict docs/img/study/a docs/img/study/f
-    .venv/bin/python study/study_prediction.py score docs/img/study/a docs/img/study/f \
+    .venv/bin/python reproduce/gap_prediction.py predict docs/img/study/a docs/img/study/f
+    .venv/bin/python reproduce/gap_prediction.py score docs/img/study/a docs/img/study/f \
         --measured docs/img/study/j
 
-``predict`` fits ``gap = a_setting * (K - 1) ** p`` (``gpcnn.study.prediction.fit_gap_models``:
+``predict`` fits ``gap = a_setting * (K - 1) ** p`` (``gpcnn.fit.forecast.gap_law.fit_gap_models``:
 one scale per setting, one exponent for the three settings of part j, a bootstrap over seeds for
 the interval) on the IID runs of the given parts and prints the prediction table that
 docs/convergence.md commits. ``score`` refits the same model on the same runs (the fit is seeded:
@@ -18,7 +18,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from gpcnn.study.prediction import GapPoints, fit_gap_models, gap_points
+from gpcnn.fit.forecast.gap_law import GapPoints, fit_gap_models, gap_points
 from gpcnn.study.report import read_csv
 
 EPOCH = 15.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import SegmentError
+from .segment_errors import SegmentError
 
 # A SQL array's in-memory form (PostgreSQL's ArrayType less its length word), as ``array_bytes``
 # gives it: ndim, the offset of the data (0: no NULL elements), the element type's oid, the

@@ -1,9 +1,9 @@
 """The early-warning test of part j (issue 49): does the drift ratio of a run's first epochs say how
 far below one worker it will end?
 
-    .venv/bin/python study/study_early_warning.py docs/img/study/j/early docs/img/study/i \
+    .venv/bin/python reproduce/early_warning.py docs/img/study/j/early docs/img/study/i \
         --finals docs/img/study/a docs/img/study/f
-    .venv/bin/python study/study_early_warning.py docs/img/study/j/early docs/img/study/i \
+    .venv/bin/python reproduce/early_warning.py docs/img/study/j/early docs/img/study/i \
         --finals docs/img/study/a docs/img/study/f --score docs/img/study/j \
         --plot docs/img/study/j/early_warning.png
 
@@ -12,10 +12,10 @@ ratio of its epochs 1 to ``--epochs`` against its gap to one worker at epoch 15,
 worker: the mean of part a's ``single`` runs, the first of ``--finals``). A run shorter than 15
 epochs (``study.sh j3``'s reruns) takes its final accuracy from the run of the same name in
 ``--finals``: a pairing per setting and seed, since those reruns are not bit-identical to the runs
-they repeat. Printed: ``gpcnn.study.prediction.fit_early_warning`` over all the points, over the
+they repeat. Printed: ``gpcnn.fit.forecast.gap_law.fit_early_warning`` over all the points, over the
 IID runs and over the label-skewed ones (rank correlation, the line, its leave-one-out error).
 
-``--score PART ...``: the line a fit logs (``gpcnn.fit.forecast``, fitted on the first parts
+``--score PART ...``: the line a fit logs (``gpcnn.fit.forecast.early_warning``, fitted on the first parts
 before these runs) scored out of sample on every run of these parts with diagnostics: per run its
 forecast beside its gap, then the root-mean-square miss, the rank correlation and how many runs
 fall within the line's stated error. ``--plot FILE``: every point and the line, in one figure.
@@ -28,8 +28,8 @@ import json
 import statistics
 from pathlib import Path
 
-from gpcnn.fit.forecast import ERROR, line_gap
-from gpcnn.study.prediction import fit_early_warning, spearman
+from gpcnn.fit.forecast.early_warning import ERROR, line_gap
+from gpcnn.fit.forecast.gap_law import fit_early_warning, spearman
 
 FINAL_EPOCH = 15.0
 SINGLE = "fashion-mnist-single-k1-m1-shuffled-bn-cnn-momentum"

@@ -1,6 +1,6 @@
 """Prediction without fit (MADlib's ``madlib_keras_predict`` on any model): a Keras model, or one
 stored in the model library, predicts a table on the segments, into the same output tables as
-``GreenplumCNN.predict`` (``gpcnn.fit.predictions``), or back to the client."""
+``GreenplumCNN.predict`` (``gpcnn.serving.predictions``), or back to the client."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import numpy as np
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
 from gpcnn.fit import compiling, loop
-from gpcnn.fit.model_library import keras_model
-from gpcnn.fit.predictions import probabilities, write_predictions
 from gpcnn.fit.validation import check_model_fits
 from gpcnn.kernel import wire
 from gpcnn.kernel.protocol import SegmentOptions
+from gpcnn.serving.model_library import keras_model
+from gpcnn.serving.predictions import probabilities, write_predictions
 
 
 @database_argument

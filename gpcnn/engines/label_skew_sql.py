@@ -16,7 +16,7 @@ from typing import NamedTuple
 import sqlalchemy as sa
 
 from gpcnn.engines.compiler import text_safe
-from gpcnn.engines.packing import SETTINGS, little_endian_sql
+from gpcnn.engines.packing_sql import SETTINGS, little_endian_sql
 
 
 class SkewIndex(NamedTuple):

@@ -18,9 +18,26 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpcnn.study.report import at_epoch, settings
-
 EXPONENTS = tuple(round(0.25 + 0.05 * i, 2) for i in range(36))  # 0.25 .. 2.0
+
+
+def settings(rows: Sequence[dict]) -> dict[str, list[list[dict]]]:
+    """Setting -> one history per seed, in the rows' order."""
+    runs: dict[str, list[dict]] = {}
+    for row in rows:
+        runs.setdefault(row["run"], []).append(row)
+    grouped: dict[str, list[list[dict]]] = {}
+    for history in runs.values():
+        grouped.setdefault(history[0].get("setting", history[0]["run"]), []).append(history)
+    return grouped
+
+
+def at_epoch(history: Sequence[dict], epoch: float, metric: str) -> float | None:
+    """A history's value of ``metric`` at ``epoch`` (None: not recorded then)."""
+    for row in history:
+        if math.isclose(row["epoch"], epoch) and row.get(metric) is not None:
+            return row[metric]
+    return None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 import sqlalchemy as sa
 
 from gpcnn.engines import migrations, shapes
-from gpcnn.engines.base import Backend
+from gpcnn.engines.backend import Backend
 from gpcnn.engines.copying import write_chunks
 from gpcnn.engines.results import assemble
 

@@ -1,6 +1,6 @@
 """The tables of docs/convergence.md, computed from a study's committed history.csv.
 
-    .venv/bin/python study/study_tables.py docs/img/fashion-mnist/history.csv --target 0.87
+    .venv/bin/python reproduce/tables.py docs/img/fashion-mnist/history.csv --target 0.87
 
 One table per number of merges per epoch; per run: validation accuracy after epochs 1, 5, 10, 20,
 validation loss at the last epoch, the first epoch at which validation accuracy reached the target,
@@ -15,7 +15,7 @@ import argparse
 import statistics
 from pathlib import Path
 
-from gpcnn.study.experiments import RULES
+from gpcnn.study.experiments import STUDY_RULES
 from gpcnn.study.report import read_csv
 
 EPOCHS = (1, 5, 10, 20)
@@ -26,7 +26,7 @@ def runs_by_name(rows: list[dict]) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {}
     for row in rows:
         runs.setdefault(row["run"], []).append(row)
-    order = lambda h: (h[0]["merges_per_epoch"], RULES.index(h[0]["merge"]), h[0]["segments"])  # noqa: E731
+    order = lambda h: (h[0]["merges_per_epoch"], STUDY_RULES.index(h[0]["merge"]), h[0]["segments"])  # noqa: E731
     return {h[0]["run"]: h for h in sorted(runs.values(), key=order)}
 
 

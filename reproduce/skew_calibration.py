@@ -1,7 +1,7 @@
 """The label-skew index of the study's tables, which calibrates the fit's warning threshold
 (``gpcnn.data.label_skew.SKEW_THRESHOLD``; docs/convergence.md, "Label skew measured in the table").
 
-    .venv/bin/python study/skew_calibration.py
+    .venv/bin/python reproduce/skew_calibration.py
 
 No database: the index (largest segment, image-weighted mean) of the Fashion-MNIST training tables
 at K = 4 as ``load_images`` deals them (IID, Dirichlet α = 1 and α = 0.1, seeds 0 to 2), and of small
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from gpcnn import datasets
 from gpcnn.data.dealing import class_counts, deal
-from gpcnn.engines.label_skew import skew_index
+from gpcnn.engines.label_skew_sql import skew_index
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Many configurations trained at once by the model hopper (MADlib's
 ``madlib_keras_fit_multiple_model`` over a ``generate_mst_table``): ``fit_multiple`` takes
 configurations (``GreenplumCNN`` parameters each), checks them all, trains them with
-``gpcnn.fit.hopper`` and hands each back as a fitted ``GreenplumCNN`` (evaluate, score, predict
+``gpcnn.estimator.hopper.rotation`` and hands each back as a fitted ``GreenplumCNN`` (evaluate, score, predict
 into a table); ``GreenplumModelSearch`` draws the configurations from a grid or at random, as
 scikit-learn's searches do, and picks the best by validation accuracy.
 """
@@ -18,7 +18,8 @@ from sklearn.model_selection import ParameterGrid, ParameterSampler
 from gpcnn.data.tables import ImageTable
 from gpcnn.engines import Database, connect
 from gpcnn.estimator.greenplum_cnn import GreenplumCNN
-from gpcnn.fit import hopper, loop, runs
+from gpcnn.estimator.hopper import rotation
+from gpcnn.fit import loop, runs
 from gpcnn.fit.validation import Validation, check_model_fits, validation_source
 from gpcnn.kernel import keras_setup, wire
 
@@ -145,7 +146,7 @@ def fit_multiple(
         stored = None if resume is None else _resumable(db, table, int(resume[i]), params, label)
         run_id = stored.run_id if stored else runs.create_run(db, table, params, model_json)
         source = validation_source(db, validation_table, model)
-        member = hopper.Member(
+        member = rotation.Member(
             label=label,
             run_id=run_id,
             model_json=model_json,
@@ -155,11 +156,11 @@ def fit_multiple(
             weights=wire.flatten(model.get_weights()),
         )
         if stored is not None:
-            hopper.restore(member, stored)
+            rotation.restore(member, stored)
         members.append(member)
     if on_start is not None:
         on_start([m.run_id for m in members])
-    hopper.train(db, info, members, epochs)
+    rotation.train(db, info, members, epochs)
     for (est, options, _, _), member in zip(checked, members, strict=True):
         est._adopt(info, member.run_id, member.model_json, options, member.history)
         wire.set_model_weights(est.model_, member.weights)
