@@ -364,11 +364,11 @@ def test_a_keras_file_holding_the_gadget_is_refused_before_keras_loads_it(tmp_pa
         archive.writestr("metadata.json", json.dumps({"keras_version": keras.__version__}))
     (tmp_path / "model.keras.gpcnn.json").write_text(json.dumps({"params": {}}))
     with pytest.raises(ConfigError, match=r"layer 'evil' \(Lambda\)"):
-        saving.load(None, path)
+        saving.load_files(None, path)
     assert not target.exists()
     (tmp_path / "model.h5.gpcnn.json").write_text(json.dumps({"params": {}}))
     with pytest.raises(ValueError, match=r"\.keras or \.weights\.h5"):
-        saving.load(None, tmp_path / "model.h5")
+        saving.load_files(None, tmp_path / "model.h5")
 
 
 # -- what gpcnn builds passes unchanged -------------------------------------------------------

@@ -26,6 +26,7 @@ from gpcnn.engines.table_records import TableRecords
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
 from gpcnn.kernel import segment
+from gpcnn.result_key import result_key
 from gpcnn.tools import cli
 
 keras = segment.keras_module()
@@ -165,7 +166,7 @@ def test_install_migrates_shape_1_in_place(old_schema):
             sa.text(f"SELECT run_id, status, result_key FROM {db.schema}.runs ORDER BY 1")
         ).all()
     assert [(r.run_id, r.status) for r in rows] == [(1, "running"), (2, "finished")]
-    assert rows[0].result_key == migrations.result_key({"merge": "average", "iterations": 9})
+    assert rows[0].result_key == result_key({"merge": "average", "iterations": 9})
     assert ensure_installed(db)
     assert [r["run_id"] for r in gpcnn.list_runs(db)] == [1, 2]
 

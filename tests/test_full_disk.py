@@ -23,7 +23,7 @@ from gpcnn.data.tables import load_images
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs
 from gpcnn.kernel import segment
-from gpcnn.tools import embedded
+from gpcnn.tools import os_user
 
 keras = segment.keras_module()
 SCHEMA = "gpcnn_disk_test"  # gpcnn's own tables, installed here so they can move
@@ -39,9 +39,9 @@ def _mount(path: Path) -> str | None:
     if os.geteuid() != 0:
         return "mounting a small file system needs root"
     try:  # as root the embedded server runs as its own OS user ($GPCNN_SERVER_USER in CI)
-        uid = pwd.getpwnam(embedded.server_user()).pw_uid
+        uid = pwd.getpwnam(os_user.server_user()).pw_uid
     except KeyError:
-        return f"no OS user {embedded.server_user()!r} runs the server"
+        return f"no OS user {os_user.server_user()!r} runs the server"
     path.mkdir()
     done = subprocess.run(
         ["mount", "-t", "tmpfs", "-o", f"size={SIZE},uid={uid},mode=0700", "tmpfs", str(path)],
@@ -61,7 +61,7 @@ def disk(db):
         pytest.skip(why)
     space = path / "pg"
     space.mkdir()
-    shutil.chown(space, embedded.server_user())
+    shutil.chown(space, os_user.server_user())
     admin = sa.create_engine(db.url, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
     db = gpcnn.connect(conftest.database_url(), schema=SCHEMA)
     try:

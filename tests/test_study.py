@@ -13,7 +13,7 @@ from gpcnn import models
 from gpcnn.engines.identifiers import TableError
 from gpcnn.fit import runs, training
 from gpcnn.study import experiments, plots, report
-from gpcnn.tools import cli, study_commands
+from gpcnn.tools import cli, study_arguments
 
 pytestmark = pytest.mark.every_dispatch
 
@@ -470,11 +470,11 @@ def test_the_command_line_reads_merge_schedules_and_option_values():
         ]
     )
     assert args.merges_per_epoch == [1, [8, 8, 1]]
-    assert study_commands._option_sets(args.merge_option) == [
+    assert study_arguments.option_sets(args.merge_option) == [
         {"mu": 0.01, "nesterov": False},
         {"mu": 0.1, "nesterov": False},
     ]
-    assert study_commands._option_sets([]) == [{}]
+    assert study_arguments.option_sets([]) == [{}]
     for bad in (["--merges-per-epoch", "8/x"], ["--merge-option", "mu"]):
         with pytest.raises(SystemExit):
             cli.build_parser().parse_args(["converge", "--dataset", "mnist-sample", *bad])

@@ -15,8 +15,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
@@ -24,10 +22,11 @@ import sqlalchemy as sa
 from gpcnn.engines import migrations, shapes
 from gpcnn.engines.backend import Backend
 from gpcnn.engines.copying import write_chunks, write_streamed_chunks
-from gpcnn.engines.migrations import result_key
 from gpcnn.engines.results import assemble
+from gpcnn.engines.run_records import Checkpoint, Run, RunSummary, SegmentStart, StoredPart
 from gpcnn.engines.shapes import RUN_PARTS, SEGMENT_PARTS, tables
 from gpcnn.engines.transfers import EVERY_KEY, sweep_transfers
+from gpcnn.result_key import result_key
 
 RUN_STATUSES = ("running", "finished", "stopped_early", "failed", "interrupted")
 # a run that stopped on purpose is never continued by itself
@@ -54,59 +53,6 @@ def reclaim(
     with backend.autocommit_connection() as conn:
         for name in names:
             conn.exec_driver_sql(f"VACUUM{options} {shapes.qualified(backend, name)}")
-
-
-@dataclass(frozen=True)
-class Run:
-    """A row of ``runs``, its parameters decoded."""
-
-    run_id: int
-    table: str
-    params: dict
-    result_key: str | None
-    model_json: str
-    status: str
-    error: str | None
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """One run as ``list_runs`` shows it."""
-
-    run_id: int
-    table: str
-    status: str
-    error: str | None
-    params: dict
-    created_at: datetime
-    updated_at: datetime | None
-    iterations: int  # rows in run_iterations
-    checkpoints: int  # iterations whose checkpoint is kept
-    stored_bytes: int
-
-
-@dataclass(frozen=True)
-class StoredPart:
-    """What a run stores of one part: the iterations that keep it, chunks and bytes."""
-
-    part: str
-    iterations: list[int]
-    chunks: int
-    bytes: int
-
-
-class Checkpoint(NamedTuple):
-    """A stored iteration: part (``RUN_PARTS``) -> vector; the parts stored as None are absent."""
-
-    iteration: int
-    vectors: dict[str, np.ndarray]
-
-
-class SegmentStart(NamedTuple):
-    """One key's stored next start."""
-
-    weights: np.ndarray
-    optimizer: np.ndarray | None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """How gpcnn's tables reach the current shape (``shapes``): the shape found in a schema, and the
 steps that take each older shape to the next (``MIGRATIONS``); what a run's result depends on
-(``result_key``, which the first step computes for old runs too).
+(the first step computes old runs' ``gpcnn.result_key``).
 
 Shapes are versioned (``schema_version``), like the functions are: ``ensure_tables`` creates the
 tables, migrates an older shape in the caller's transaction, or refuses a newer one.
@@ -8,7 +8,6 @@ tables, migrates an older shape in the caller's transaction, or refuses a newer 
 
 from __future__ import annotations
 
-import hashlib
 import json
 
 import sqlalchemy as sa
@@ -29,6 +28,7 @@ from gpcnn.engines.shapes import (
 )
 from gpcnn.engines.transfers import EVERY_KEY
 from gpcnn.engines.views import create_views_ddl, drop_views_ddl
+from gpcnn.result_key import result_key
 
 SHAPE_VERSION = 10
 
@@ -43,29 +43,6 @@ def found_version(conn: sa.Connection, backend: Backend) -> int:
     if exists(conn, backend, "schema_version"):
         return int(conn.execute(sa.select(sa.func.max(t.version.c.version))).scalar() or 0)
     return 1 if exists(conn, backend, "runs") or exists(conn, backend, "image_tables") else 0
-
-
-# Parameters that do not change what a run computes: a run may be resumed with other values.
-NON_RESULT_PARAMS = frozenset(
-    {
-        "progress",  # gpcnn 0.1
-        "verbose",
-        "database",
-        "schema",  # gpcnn 0.1
-        "iterations",
-        "warm_start",
-        "validation_table",
-        "validation_data",  # gpcnn 0.1
-        "validation_freq",
-        "label_skew",  # the table's, recorded by fit: the table is matched by its name
-    }
-)
-
-
-def result_key(params: dict) -> str:
-    """A digest of the parameters that change the result (what resume matches on)."""
-    kept = {k: v for k, v in params.items() if k not in NON_RESULT_PARAMS}
-    return hashlib.sha256(json.dumps(kept, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
 def ensure_tables(conn: sa.Connection, backend: Backend) -> None:

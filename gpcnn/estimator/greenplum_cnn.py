@@ -7,38 +7,26 @@ into ``model_``, are evaluated, recorded in ``history_`` and the run tables, and
 
 from __future__ import annotations
 
-import gc
-import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from gpcnn.data import array_checks
-from gpcnn.data.label_skew import skew_warning
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
-from gpcnn.estimator import parameters, saving
+from gpcnn.estimator import parameters
 from gpcnn.estimator.array_fitting import ArrayFitting, is_builder, takes_rows
 from gpcnn.estimator.predicting import Predicting
-from gpcnn.fit import compiling, loop, rules, runs
+from gpcnn.estimator.saving import Saving
+from gpcnn.estimator.table_fitting import TableFitting
+from gpcnn.fit import compiling, rules, runs
 from gpcnn.fit.database_errors import TrainingError
-from gpcnn.fit.schedule import plan_slices
-from gpcnn.fit.training import Plan
-from gpcnn.fit.validation import (
-    Validation,
-    check_model_fits,
-    validation_source,
-)
-from gpcnn.kernel import layout, wire
-from gpcnn.kernel.keras_setup import compiled_model
-from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions, SegmentOptions
+from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions
 from gpcnn.serving import model_library
 
 
-class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
+class GreenplumCNN(TableFitting, ArrayFitting, Predicting, Saving, ClassifierMixin, BaseEstimator):
     """Train a Keras model data-parallel over the segments of an image table.
 
     Parameters are stored untouched; ``fit`` never changes ``model``. Learned state ends in ``_``:
@@ -230,12 +218,6 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
             self.optimizer, self.learning_rate, self.loss, self.metrics
         )
 
-    def _drop_fitted_models(self) -> None:
-        """Free a previous fit's local model before building a new one: a refit would otherwise
-        hold two at its peak. Keras models are cycles, so only a collection frees them."""
-        if vars(self).pop("model_", None) is not None:
-            gc.collect()
-
     # -- fit --------------------------------------------------------------------------------
 
     def fit(
@@ -356,101 +338,6 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
             return self._fit(db, table, validation, callbacks, self.run_id_, total)
         return self._fit(db, table, validation, callbacks, None, total, warm=True)
 
-    def _validation_of(self, validation_data):
-        return self.validation_table if validation_data is None else validation_data
-
-    def _fit(self, db, table, validation_data, callbacks, resume, total, warm=None):
-        loop.check_callbacks(callbacks)
-        info = loop.described(db, table)
-        params = self.stored_params()
-        if info.label_skew is not None:  # recorded with the run (it does not key resume)
-            params["label_skew"] = info.label_skew._asdict()
-            if (warning := skew_warning(info)) is not None:
-                logging.getLogger("gpcnn").warning(warning)
-        model = self._model(info)
-        input_shape = check_model_fits(model, info)
-        source = validation_source(db, self._indexed(validation_data), model)
-        options = self._segment_options(db, info, input_shape)
-        model_json, manifest = model.to_json(), wire.manifest(model)
-        rule = rules.make_rule(
-            self.merge,
-            wire.trainable_mask(manifest),
-            info.segments,
-            statistics=layout.moving_statistics(manifest),
-            optimizer=options.compile.optimizer,
-            **(self.merge_options or {}),
-        )
-        slices = plan_slices(db, info, self.merges_per_epoch, self.local_epochs)
-        warm = (self.warm_start if warm is None else warm) and hasattr(self, "model_")
-        history = list(self.history_) if warm and resume is None else []
-        start = loop.initialize(
-            db,
-            info,
-            model_json,
-            manifest,
-            params,
-            resume,
-            self.model_ if warm else model,
-        )
-        self._drop_fitted_models()
-        history = start.stored.iterations if start.stored is not None else history
-        self._adopt(info, start.run_id, model_json, options, history)
-        validation = Validation(db, source, self.validation_freq, model_json, options)
-        plan = Plan(
-            db=db,
-            info=info,
-            run_id=start.run_id,
-            model_json=model_json,
-            options=options,
-            manifest=manifest,
-            rule=rule,
-            slices=slices,
-            local_epochs=int(self.local_epochs),
-            validation=validation,
-        )
-        loop.run(
-            plan,
-            start,
-            model=self.model_,
-            history=self.history_,
-            held=self._held(),
-            callbacks=callbacks,
-            verbose=self.verbose,
-            total=total,
-        )
-        return self
-
-    def _segment_options(
-        self, db: Database, info: ImageTable, input_shape: Sequence[int]
-    ) -> SegmentOptions:
-        """What the segments train with, from the parameters; ``input_shape``: the model's
-        input, which the segments reshape the table's items to (``check_model_fits``)."""
-        threads = self.threads_per_segment or db.backend.default_threads(info.segments)
-        return SegmentOptions(
-            compile=self._compile_options(),
-            image_shape=tuple(input_shape),
-            batch_size=int(self.batch_size),
-            shuffle=bool(self.shuffle),
-            seed=self.seed,
-            threads=int(threads),
-            optimizer_state=self.optimizer_state,
-        )
-
-    def _adopt(self, info, run_id: int, model_json: str, options, history: list) -> None:
-        """The fitted state of run ``run_id`` (its weights set on ``model_`` later): also how the
-        model hopper hands each configuration's result back as a fitted estimator."""
-        self.model_ = compiled_model(model_json, options.compile)
-        self.history_ = history
-        self.run_id_ = run_id
-        self.segments_ = info.segments
-        fitted = vars(self).pop("_arrays_fitted", None)
-        self.classes_ = np.arange(info.num_classes) if fitted is None else fitted[0]
-        self.class_names_ = info.class_names
-        vars(self).pop("n_features_in_", None)
-        if fitted is not None and fitted[1] is not None:
-            self.n_features_in_ = fitted[1]
-        self._model_json, self._options = model_json, options
-
     def set_params(self, **params) -> GreenplumCNN:
         """Set parameters, as scikit-learn's ``set_params``, plus the merge rule's options.
 
@@ -481,61 +368,6 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
             params["merge_options"] = options
         return super().set_params(**params)
 
-    # -- persistence --------------------------------------------------------------------------
-
-    def stored_params(self) -> dict:
-        """The parameters as JSON-able values, as stored with each run.
-
-        Returns
-        -------
-        dict
-            ``get_params(deep=False)`` without ``model``: an optimizer object becomes its
-            configuration, a ``Database`` its URL without the password, sequences lists.
-        """
-        return parameters.stored(self.get_params(deep=False))
-
-    def save(self, path: str | Path) -> None:
-        """Write the fitted estimator to files; ``load`` reads it back.
-
-        Parameters
-        ----------
-        path : str or pathlib.Path
-            A ``.keras`` file name (``model_`` saved whole by Keras) or a ``.weights.h5`` one
-            (the weights only; the architecture goes in the sidecar). The estimator's parameters
-            and fitted state (history, run id, classes, ...) go beside it in
-            ``<path>.gpcnn.json``.
-
-        Raises
-        ------
-        sklearn.exceptions.NotFittedError
-            The estimator is not fitted.
-        ValueError
-            ``path`` ends neither in ``.keras`` nor in ``.weights.h5``.
-
-        Examples
-        --------
-        >>> est.save("fm.keras")  # doctest: +SKIP
-        >>> GreenplumCNN.load("fm.keras").predict(x_test)  # doctest: +SKIP
-        """
-        saving.save(self, path)
-
-    @classmethod
-    def load(cls, path: str | Path) -> GreenplumCNN:
-        """The fitted estimator that ``save`` wrote.
-
-        Parameters
-        ----------
-        path : str or pathlib.Path
-            The ``.keras`` or ``.weights.h5`` file given to ``save``; its sidecar
-            ``<path>.gpcnn.json`` must be beside it.
-
-        Returns
-        -------
-        GreenplumCNN
-            A fitted estimator with the saved parameters, weights and fitted state.
-        """
-        return saving.load(cls, path)
-
     # -- sessions -----------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -553,12 +385,6 @@ class GreenplumCNN(ArrayFitting, Predicting, ClassifierMixin, BaseEstimator):
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-    def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        for private in ("_sessions", "_staged", "_staged_finalizer"):
-            state.pop(private, None)  # a copy does not own the tables its original staged
-        return state
 
 
 # The rules as registered when the estimator is imported (``gpcnn.fit.rules.RULES``).

@@ -15,9 +15,10 @@ import numpy as np
 
 from gpcnn.deprecation import database_argument
 from gpcnn.engines import Database, connect
-from gpcnn.engines.catalog import Catalog, SegmentStart, reclaim
-from gpcnn.engines.migrations import result_key
+from gpcnn.engines.catalog import Catalog, reclaim
+from gpcnn.engines.run_records import SegmentStart
 from gpcnn.fit import rules
+from gpcnn.result_key import result_key
 
 
 @dataclass

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import secrets
 import shutil
 import socket
@@ -25,9 +24,9 @@ from pathlib import Path
 from gpcnn.engines import DatabaseError
 from gpcnn.engines.database import register_default_server
 from gpcnn.engines.postgres import bootstrap
+from gpcnn.tools import os_user
 
 PG_MAJOR = 15
-SERVER_USER = "gpcnn"  # the OS user that runs the server when the client is root
 SUPERUSER = "gpcnn"
 DATABASE = "gpcnn"
 
@@ -101,17 +100,9 @@ def bin_dir() -> Path:
     return path
 
 
-def server_user() -> str:
-    """Who runs the server: this OS user; as root, ``$GPCNN_SERVER_USER`` or ``gpcnn`` (an ordinary
-    system user, created on first use: PostgreSQL refuses to run as root)."""
-    if os.geteuid() == 0:
-        return os.environ.get("GPCNN_SERVER_USER") or SERVER_USER
-    return pwd.getpwuid(os.geteuid()).pw_name
-
-
 def cluster() -> Cluster:
     """The cluster for this OS user; as root, the cluster of the server user."""
-    user = server_user()
+    user = os_user.server_user()
     if "GPCNN_HOME" in os.environ:
         home = Path(os.environ["GPCNN_HOME"])
     elif os.geteuid() == 0:
@@ -122,41 +113,6 @@ def cluster() -> Cluster:
     return Cluster(home=home, user=user)
 
 
-def _ensure_server_user(c: Cluster) -> None:
-    """The server's OS user, created without a home: the server's HOME is the cluster's
-    ``server-home`` folder, passed in its environment."""
-    try:
-        pwd.getpwnam(c.user)
-    except KeyError:
-        subprocess.run(
-            [
-                "useradd",
-                "--system",
-                "--no-create-home",
-                "--home-dir",
-                str(c.home / "server-home"),
-                "--shell",
-                "/usr/sbin/nologin",
-                c.user,
-            ],
-            check=True,
-        )
-
-
-def _as_server_user(c: Cluster, argv: list[str]) -> list[str]:
-    # --preserve-environment: runuser would otherwise reset HOME to the user's passwd entry, a
-    # folder that need not exist, and TensorFlow and Keras write under HOME.
-    if os.geteuid() == 0:
-        return ["runuser", "--preserve-environment", "-u", c.user, "--", *argv]
-    return argv
-
-
-def _chown(c: Cluster, path: Path) -> None:
-    if os.geteuid() == 0:
-        entry = pwd.getpwnam(c.user)
-        os.chown(path, entry.pw_uid, entry.pw_gid)
-
-
 def server_site_packages() -> Path:
     """The client's site-packages: TensorFlow for the server comes from the same environment.
     Resolved: ``.venv`` in a checkout is a link, and the checkout may be unreadable to the server."""
@@ -164,21 +120,8 @@ def server_site_packages() -> Path:
 
 
 def _check_readable_by_server(c: Cluster, path: Path, what: str, remedy: str) -> None:
-    """A 0700 directory on the way (root's home, a ``mktemp -d`` folder) makes initdb or TF fail
-    inside the server, confusingly: name it first."""
-    if os.geteuid() != 0:
-        return
-    probe = subprocess.run(_as_server_user(c, ["test", "-r", str(path), "-a", "-x", str(path)]))
-    if probe.returncode != 0:
-        uid = pwd.getpwnam(c.user).pw_uid
-        blocked = next(
-            (
-                p
-                for p in [path, *path.parents]
-                if p.exists() and os.stat(p).st_uid != uid and not os.stat(p).st_mode & 0o005
-            ),
-            path,
-        )
+    blocked = os_user.blocked_path(c.user, path)
+    if blocked is not None:
         raise EmbeddedError(
             f"the server's OS user '{c.user}' cannot read {what} {path} "
             f"({blocked} is not readable by others). {remedy}"
@@ -212,7 +155,7 @@ def _server_env(c: Cluster) -> dict[str, str]:
 
 def _run(c: Cluster, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(
-        _as_server_user(c, argv), env=_server_env(c), capture_output=True, text=True, **kwargs
+        os_user.as_user(c.user, argv), env=_server_env(c), capture_output=True, text=True, **kwargs
     )
 
 
@@ -220,7 +163,7 @@ def init(c: Cluster | None = None) -> Cluster:
     """Create the cluster's data directory once (``initdb``); no-op when it exists."""
     c = c or cluster()
     if os.geteuid() == 0:
-        _ensure_server_user(c)
+        os_user.ensure(c.user, c.home)
     version_file = c.data_dir / "PG_VERSION"
     if version_file.exists():
         found = version_file.read_text().strip()
@@ -235,7 +178,7 @@ def init(c: Cluster | None = None) -> Cluster:
         shutil.rmtree(c.data_dir)  # an initdb that died half-way
     for d in (c.home, c.socket_dir, c.home / "server-home"):
         d.mkdir(parents=True, exist_ok=True)
-        _chown(c, d)
+        os_user.give_to(c.user, d)
     c.home.chmod(0o700)
     _check_readable_by_server(
         c,
@@ -247,7 +190,7 @@ def init(c: Cluster | None = None) -> Cluster:
     password = secrets.token_hex(16)
     pwfile = c.home / "initdb.pw"
     pwfile.write_text(password + "\n")
-    _chown(c, pwfile)
+    os_user.give_to(c.user, pwfile)
     try:
         done = _run(
             c,

@@ -4,13 +4,13 @@ they run (the study is imported here and nowhere else outside ``study/``)."""
 from __future__ import annotations
 
 import argparse
-import itertools
 from pathlib import Path
 
 from gpcnn.data.by_name import DATASET_NAMES
 from gpcnn.estimator import OPTIMIZER_STATES
 from gpcnn.estimator.named_models import MODELS, OPTIMIZERS
 from gpcnn.study.experiments import STUDY_RULES
+from gpcnn.tools import study_arguments
 from gpcnn.tools.commands import connect_from
 
 
@@ -21,7 +21,7 @@ def _plan_options(args: argparse.Namespace) -> dict:
         batch_size=args.batch_size,
         seeds=args.seeds,
         optimizer_states=args.optimizer_state,
-        merge_options=_option_sets(getattr(args, "merge_option", None) or []),
+        merge_options=study_arguments.option_sets(getattr(args, "merge_option", None) or []),
         optimizer=args.optimizer,
         shuffle=args.shuffle,
         scale_lr=args.scale_lr,
@@ -144,108 +144,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected integers separated by commas, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return values
-
-
-def _schedules(text: str) -> list[int | list[int]]:
-    """Merge frequencies, comma-separated; each a count or a schedule of counts per epoch
-    written with slashes, the last repeating (``1,4,8/8/1``)."""
-    try:
-        found = [[int(m) for m in part.split("/")] for part in text.split(",") if part.strip()]
-    except ValueError:
-        found = []
-    if not found or not all(m >= 1 for schedule in found for m in schedule):
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: counts >= 1 separated by commas, a schedule with slashes (e.g. 1,4,8/8/1)"
-        )
-    return [schedule[0] if len(schedule) == 1 else schedule for schedule in found]
-
-
-def _merge_option(text: str) -> tuple[str, list[float | bool | str]]:
-    """NAME=VALUE[,VALUE...]: a rule's option and the values to run it at (true/false, numbers,
-    or words such as batchnorm_statistics=pooled)."""
-
-    def value(word: str) -> float | bool | str:
-        lowered = word.strip().lower()
-        if lowered in ("true", "false"):
-            return lowered == "true"
-        try:
-            return float(word)
-        except ValueError:
-            if not lowered.isidentifier():
-                raise
-            return lowered
-
-    name, sep, values = text.partition("=")
-    try:
-        parsed = [value(v) for v in values.split(",")]
-    except ValueError:
-        parsed = []
-    if not sep or not name.strip() or not parsed:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: NAME=VALUE[,VALUE...], e.g. mu=0.01,0.1 or nesterov=false"
-        )
-    return name.strip(), parsed
-
-
-def _option_sets(given: list[tuple[str, list[float | bool | str]]]) -> list[dict]:
-    """Every combination of the options' values (one empty set without options)."""
-    names = [name for name, _ in given]
-    products = itertools.product(*(values for _, values in given))
-    return [dict(zip(names, values, strict=True)) for values in products]
-
-
-def _skews(text: str) -> list[float | None]:
-    values: list[float | None] = []
-    for part in (p.strip() for p in text.split(",")):
-        try:
-            values.append(None if part == "iid" else float(part))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r}: iid or a Dirichlet alpha > 0") from None
-        if values[-1] is not None and not values[-1] > 0:
-            raise argparse.ArgumentTypeError(f"{part!r}: a Dirichlet alpha must be > 0")
-    return values
-
-
-def _fractions(text: str) -> list[float | None]:
-    values: list[float | None] = []
-    for part in (p.strip() for p in text.split(",")):
-        try:
-            values.append(None if part == "none" else float(part))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{part!r}: none or a fraction 0 < p <= 0.5") from None
-        if values[-1] is not None and not 0 < values[-1] <= 0.5:
-            raise argparse.ArgumentTypeError(f"{part!r}: a fraction 0 < p <= 0.5")
-    return values
-
-
-def _layouts(text: str) -> list[str | None]:
-    values = [None if part == "iid" else part for part in (p.strip() for p in text.split(","))]
-    if "" in values:
-        raise argparse.ArgumentTypeError(f"{text!r}: iid or column names, comma-separated")
-    return values
-
-
-def _choices(allowed):
-    def parse(text: str) -> list[str]:
-        values = [v.strip() for v in text.split(",") if v.strip()]
-        bad = [v for v in values if v not in allowed]
-        if bad or not values:
-            raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(allowed)}")
-        return values
-
-    return parse
-
-
 def add_parsers(sub, with_database) -> None:
     """The study commands' parsers, added to the subcommands ``sub``; ``with_database`` adds the
     options that name the database."""
@@ -278,7 +176,7 @@ def add_parsers(sub, with_database) -> None:
         )
         p.add_argument(
             "--optimizer-state",
-            type=_choices(OPTIMIZER_STATES),
+            type=study_arguments.choices(OPTIMIZER_STATES),
             default=["reset"],
             help="policies, comma-separated: reset,local,average",
         )
@@ -298,11 +196,14 @@ def add_parsers(sub, with_database) -> None:
             help="images per batch on each segment (mop: --configs sets it)",
         )
         p.add_argument(
-            "--seeds", type=_int_list, default=[0], help="seeds, comma-separated, e.g. 0,1,2"
+            "--seeds",
+            type=study_arguments.int_list,
+            default=[0],
+            help="seeds, comma-separated, e.g. 0,1,2",
         )
         p.add_argument(
             "--skew",
-            type=_skews,
+            type=study_arguments.skews,
             default=[None],
             help="segments' label skew, comma-separated: iid or a Dirichlet alpha, e.g. iid,1,0.1",
         )
@@ -319,7 +220,7 @@ def add_parsers(sub, with_database) -> None:
     )
     converge.add_argument(
         "--shared-sample",
-        type=_fractions,
+        type=study_arguments.fractions,
         default=[None],
         help="a fraction of the table every segment also trains on (the same images on each), "
         "comma-separated: none or 0 < p <= 0.5, e.g. none,0.01,0.05",
@@ -338,7 +239,7 @@ def add_parsers(sub, with_database) -> None:
     )
     converge.add_argument(
         "--distribute-by",
-        type=_layouts,
+        type=study_arguments.layouts,
         default=[None],
         metavar="LAYOUTS",
         help="--table's layouts to compare, comma-separated: iid, or a column whose equal values "
@@ -367,24 +268,27 @@ def add_parsers(sub, with_database) -> None:
     )
     converge.add_argument("--path", help="file or folder of the dataset (default per dataset)")
     converge.add_argument(
-        "--segments", type=_int_list, default="1,2,4,8", help="K values, comma-separated"
+        "--segments",
+        type=study_arguments.int_list,
+        default="1,2,4,8",
+        help="K values, comma-separated",
     )
     converge.add_argument(
         "--merge",
-        type=_choices(STUDY_RULES),
+        type=study_arguments.choices(STUDY_RULES),
         default=",".join(STUDY_RULES),
         help=f"rules, comma-separated: {','.join(STUDY_RULES)}",
     )
     converge.add_argument(
         "--merges-per-epoch",
-        type=_schedules,
+        type=study_arguments.schedules,
         default="1",
         help="comma-separated, e.g. 1,4; a schedule per epoch with slashes, the last repeating: "
         "8/8/1 (post-local SGD)",
     )
     converge.add_argument(
         "--merge-option",
-        type=_merge_option,
+        type=study_arguments.merge_option,
         action="append",
         metavar="NAME=VALUE[,VALUE...]",
         help="a rule option for every rule run (repeatable; several values: a run each), "
@@ -404,9 +308,12 @@ def add_parsers(sub, with_database) -> None:
         help="the data set to study, read from its files (--path)",
     )
     mop.add_argument("--path", help="file or folder of the dataset (default per dataset)")
-    mop.add_argument("--segments", type=_int_list, default="4", help="K")
+    mop.add_argument("--segments", type=study_arguments.int_list, default="4", help="K")
     mop.add_argument(
-        "--merge", type=_choices(STUDY_RULES), default="average,bmuf", help="rules to compare with"
+        "--merge",
+        type=study_arguments.choices(STUDY_RULES),
+        default="average,bmuf",
+        help="rules to compare with",
     )
     mop.add_argument(
         "--configs",
