@@ -39,10 +39,10 @@ os.environ.setdefault(
 import pytest
 from hypothesis import settings
 
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 
 TEST_THREADS = 1
-segment.keras_module(threads=TEST_THREADS)
+keras_setup.keras_module(threads=TEST_THREADS)
 
 # The property tests (test_properties.py): the same examples on every run (derandomized, no
 # example database: nothing written under .hypothesis), no deadline on a shared CPU; each property

@@ -25,10 +25,10 @@ from gpcnn.engines.streaming import AVERAGE_LEAD_CHUNKS, StreamingAverage
 from gpcnn.fit import runs
 from gpcnn.fit.diagnostics import flat_row
 from gpcnn.fit.storage import Retention
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, segment, states, wire
 from gpcnn.tools import embedded
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 CHUNK_BYTES = 64 << 10
 DATA_SCHEMA = "gpcnn_big_models_test"
@@ -233,7 +233,7 @@ def test_merges_keep_counts_exact_beyond_float32(db):
     exact = (
         sum(v.astype(np.float64) * n for v, n in zip(vectors, counts, strict=True)) / sum(counts)
     ).astype(np.float32)
-    states = [segment.encode_state({"count": n, "sums": {"loss": 0.5 * n}}) for n in counts]
+    states = [states.encode_state({"count": n, "sums": {"loss": 0.5 * n}}) for n in counts]
 
     with db.connect() as conn:
         rows = conn.execute(
@@ -250,15 +250,15 @@ def test_merges_keep_counts_exact_beyond_float32(db):
                 "data": states + [v.tobytes() for v in vectors],
             },
         ).all()
-    merged_state = segment.decode_state(bytes(rows[0][1]))
+    merged_state = states.decode_state(bytes(rows[0][1]))
     assert merged_state["count"] == big + 3
     assert merged_state["sums"]["loss"] == 0.5 * (big + 3)
     np.testing.assert_array_equal(np.frombuffer(bytes(rows[1][1]), dtype="<f4"), exact)
 
     client_merge = StreamingAverage([2, 0, 1], chunk_values=vectors[0].size)
     for key in (2, 0, 1):  # in any order of arrival
-        values = segment.encode_state(
-            {**segment.decode_state(states[key]), "values": vectors[0].size}
+        values = states.encode_state(
+            {**states.decode_state(states[key]), "values": vectors[0].size}
         )
         client_merge.add((key, -1, counts[key], values))
     for key in (1, 2, 0):
@@ -271,7 +271,7 @@ def test_merges_keep_counts_exact_beyond_float32(db):
 
 def _stream(merger: StreamingAverage, key: int, count: int, vector: np.ndarray, chunk: int):
     """What one key's result stream hands the merge: its state, then its chunks in order."""
-    state = segment.encode_state({"count": count, "sums": {"loss": 0.0}, "values": vector.size})
+    state = states.encode_state({"count": count, "sums": {"loss": 0.0}, "values": vector.size})
     merger.add((key, -1, count, state))
     for index, start in enumerate(range(0, vector.size, chunk)):
         merger.add((key, index, count, memoryview(vector[start : start + chunk].tobytes())))

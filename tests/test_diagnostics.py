@@ -19,7 +19,7 @@ from gpcnn.engines.streaming import StreamingAverage
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
 from gpcnn.fit.diagnostics import Diagnostics, cancellation_bound, flat_row
-from gpcnn.kernel import averaging, segment, wire
+from gpcnn.kernel import averaging, states, wire
 from gpcnn.tools.commands import _run_text
 
 pytestmark = pytest.mark.every_dispatch
@@ -219,7 +219,7 @@ def test_the_merged_step_sums_alike_streamed_here_or_merged_in_the_database(chun
     merger = StreamingAverage([0, 1], chunk_values, paced=False, into=into, reference=into[:30])
     try:
         for key, vector in enumerate(vectors):
-            state = segment.encode_state({"count": 5 + key, "sums": {"loss": 1.0}, "values": 40})
+            state = states.encode_state({"count": 5 + key, "sums": {"loss": 1.0}, "values": 40})
             merger.add((key, -1, 5 + key, state))
             for chunk, offset in enumerate(range(0, 40, chunk_values)):
                 merger.add((key, chunk, 5 + key, vector[offset : offset + chunk_values].tobytes()))

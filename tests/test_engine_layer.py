@@ -25,11 +25,11 @@ from gpcnn.engines.install import (
 from gpcnn.engines.table_records import TableRecords
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 from gpcnn.result_key import result_key
 from gpcnn.tools import cli
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 DATA = "gpcnn_engine_layer_test"
 
 

@@ -25,9 +25,9 @@ from gpcnn.engines import (
 )
 from gpcnn.engines.engine_registry import detected_engine
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, wire
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 ENGINE = "postgresql-paired-sessions"
 DATA_SCHEMA = "gpcnn_plugins_test"

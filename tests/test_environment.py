@@ -8,9 +8,9 @@ import sqlalchemy as sa
 import tensorflow as tf
 
 import gpcnn
-from gpcnn.engines.greenplum import mirror_states
+from gpcnn.engines.greenplum import GreenplumBackend, mirror_lines, mirror_states
 from gpcnn.tools import embedded
-from gpcnn.tools.environment import EnvironmentReport, ServerPythonError, mirror_lines
+from gpcnn.tools.environment import EnvironmentReport, ServerPythonError
 
 
 def test_connect_prefers_explicit_url_then_env_then_embedded(monkeypatch):
@@ -135,28 +135,31 @@ def test_doctor_on_postgresql_says_which_replicas_stream_and_what_a_fit_does_if_
 def test_the_greenplum_report_says_what_its_settings_mean():
     """Facts as a live 2-primary cluster returned them (docs/greenplum.md)."""
     probe = dict(python="3.11.2", tensorflow="2.21.0", keras="3.15.1", numpy="2", cpu_count=2)
+    probes = [{"segment": k, **probe, "tf_threads": None} for k in (0, 1)]
+    facts = {
+        "settings": {"autovacuum": "off", "gp_resource_manager": "queue"},
+        "table_bytes": {"checkpoints": 8_300_000_000, "transfers": 5_800_000_000},
+        "primaries": 2,
+        "hosts": 1,
+        "mirrors": 0,
+        "vmem_protect_limit_mb": {0: 8192, 1: 8192},
+        "resource": {"rsqname": "pg_default", "rsqcountlimit": 20, "rsqmemorylimit": -1},
+        "superuser": True,
+        "mirroring": mirror_states(
+            [(c, "gp", 7000 + 2 * (c + 1), True, None, None, None, None) for c in (-1, 0, 1)],
+            {},
+        ),
+    }
     report = EnvironmentReport(
         "greenplum",
         "statement",
         "PostgreSQL 12 (Greenplum Database 7.0.0 build dev)",
         2,
         "0.2.0",
-        [{"segment": 0, **probe, "tf_threads": None}, {"segment": 1, **probe, "tf_threads": None}],
+        probes,
         schema="gpcnn",
-        facts={
-            "settings": {"autovacuum": "off", "gp_resource_manager": "queue"},
-            "table_bytes": {"checkpoints": 8_300_000_000, "transfers": 5_800_000_000},
-            "primaries": 2,
-            "hosts": 1,
-            "mirrors": 0,
-            "vmem_protect_limit_mb": {0: 8192, 1: 8192},
-            "resource": {"rsqname": "pg_default", "rsqcountlimit": 20, "rsqmemorylimit": -1},
-            "superuser": True,
-            "mirroring": mirror_states(
-                [(c, "gp", 7000 + 2 * (c + 1), True, None, None, None, None) for c in (-1, 0, 1)],
-                {},
-            ),
-        },
+        facts=facts,
+        engine_lines=GreenplumBackend.doctor_lines(facts, probes),
     )
     lines = str(report).splitlines()[-7:]
     assert lines == [

@@ -19,10 +19,10 @@ from gpcnn.data import staging
 from gpcnn.data.tables import list_tables, load_images
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, wire
 from gpcnn.tools import cli
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 DATA = "gpcnn_estimator_test"
 
 

@@ -26,11 +26,11 @@ from gpcnn.engines import copying, driver_reports
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs, training
 from gpcnn.fit.database_errors import failure, once_more_if_lost
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, wire
 
 pytestmark = pytest.mark.every_dispatch
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 DATA_SCHEMA = "gpcnn_faults_test"
 TABLE = f"{DATA_SCHEMA}.train"

@@ -22,10 +22,10 @@ import gpcnn
 from gpcnn.data.tables import load_images
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import runs
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 from gpcnn.tools import os_user
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 SCHEMA = "gpcnn_disk_test"  # gpcnn's own tables, installed here so they can move
 TABLE = f"{SCHEMA}_data.train"
 SPACE = "gpcnn_small_disk"

@@ -23,11 +23,11 @@ import gpcnn
 from gpcnn.data.tables import describe, load_images
 from gpcnn.estimator.hopper import rotation
 from gpcnn.fit import runs
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, keras_state, segment, wire
 
 pytestmark = pytest.mark.every_dispatch
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 DATA_SCHEMA = "gpcnn_hopper_test"
 TRAIN = f"{DATA_SCHEMA}.train"  # 2 segments
@@ -89,7 +89,7 @@ def trained_in_process(model, buffers, keys, epochs):
     )
     for epoch in range(epochs):
         for visit, key in enumerate(keys, start=epoch * len(keys) + 1):
-            segment.seed_everything(local, 11, visit, 0)
+            keras_state.seed_everything(local, 11, visit, 0)
             for images, labels in buffers[key]:
                 x = segment.to_model_input(images)
                 for i in range(0, len(x), 16):

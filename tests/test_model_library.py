@@ -14,9 +14,9 @@ from gpcnn.engines.catalog import Catalog
 from gpcnn.engines.migrations import SHAPE_VERSION
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit.validation import model_input
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, wire
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 DATA = "gpcnn_library_test"
 
 

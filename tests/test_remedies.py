@@ -10,9 +10,9 @@ import pytest
 from gpcnn.fit import rules
 from gpcnn.fit.compiling import stored_optimizer
 from gpcnn.fit.rules.fednova import momentum_of, normalizer
-from gpcnn.kernel import averaging, layout, segment, wire
+from gpcnn.kernel import averaging, keras_setup, layout, wire
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 KEYS = [0, 1]
 

@@ -17,13 +17,13 @@ from tiny import learnable_images, tiny_cnn
 from gpcnn.data.tables import describe, load_images
 from gpcnn.fit import rules
 from gpcnn.fit.compiling import stored_optimizer
-from gpcnn.kernel import averaging, layout, segment, wire
+from gpcnn.kernel import averaging, keras_setup, keras_state, layout, segment, wire
 from gpcnn.kernel.keras_setup import compiled_model
 from gpcnn.kernel.protocol import CompileOptions
 
 pytestmark = pytest.mark.every_dispatch
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 TRAIN = "gpcnn_remedies_test.train"
 MOMENTUM_SGD = stored_optimizer(keras.optimizers.SGD(LEARNING_RATE, momentum=0.9))
@@ -83,7 +83,7 @@ def merged_in_process(model, info, buffers, iterations: int, rule: rules.MergeRu
         for key in keys:
             wire.set_model_weights(local, rule.sent(keys))
             wire.set_optimizer_vector(local, fresh)
-            segment.seed_everything(local, SEED, iteration, key)
+            keras_state.seed_everything(local, SEED, iteration, key)
             steps[key] = 0
             for images, labels in buffers[key]:
                 x = segment.to_model_input(images)

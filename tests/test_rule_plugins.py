@@ -27,10 +27,10 @@ from gpcnn.fit.rules import (
     register_rule,
     unregister_rule,
 )
-from gpcnn.kernel import averaging, local_steps, segment, wire
+from gpcnn.kernel import averaging, keras_setup, keras_state, local_steps, segment, wire
 from gpcnn.kernel.layout import OPTIMIZER, WEIGHTS, model_layout
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 LEARNING_RATE = 0.05
 BATCH = 16
@@ -167,7 +167,7 @@ def reference(model, info, buffers, rule: MergeRule, iterations: int) -> np.ndar
             d = rule.start_extras(key).get("correction")
             wire.set_model_weights(local, start)
             wire.set_optimizer_vector(local, fresh)
-            segment.seed_everything(local, SEED, iteration, key)
+            keras_state.seed_everything(local, SEED, iteration, key)
             rates = 0.0
             batches = [
                 (segment.to_model_input(x)[i : i + BATCH], y[i : i + BATCH])

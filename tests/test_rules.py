@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 from gpcnn.fit import rules
-from gpcnn.kernel import averaging, segment, wire
+from gpcnn.kernel import averaging, keras_setup, wire
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 KEYS = [0, 1]
 COUNTS = {0: 1, 1: 3}

@@ -16,11 +16,11 @@ from gpcnn.data.tables import TableName, describe, load_images
 from gpcnn.engines.catalog import Catalog
 from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import rules, runs
-from gpcnn.kernel import averaging, segment, wire
+from gpcnn.kernel import averaging, keras_setup, keras_state, segment, wire
 
 pytestmark = pytest.mark.every_dispatch
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 LEARNING_RATE = 0.05
 BATCH = 16
@@ -207,7 +207,7 @@ def test_none_trains_each_segment_alone(db, schema, model, tables):
         for iteration in (1, 2):
             wire.set_model_weights(local, weights)
             wire.set_optimizer_vector(local, fresh)
-            segment.seed_everything(local, SEED, iteration, shard)
+            keras_state.seed_everything(local, SEED, iteration, shard)
             for images, labels in buffers[key]:
                 x = segment.to_model_input(images)
                 for i in range(0, len(x), BATCH):
@@ -344,7 +344,7 @@ def trained_in_process(model, info, buffers, iterations, *, mu=0.0, scaffold=Non
         for key in keys:
             wire.set_model_weights(local, w)
             wire.set_optimizer_vector(local, fresh)
-            segment.seed_everything(local, SEED, iteration, key)
+            keras_state.seed_everything(local, SEED, iteration, key)
             d = scaffold.correction(key) if scaffold is not None else np.zeros_like(w)
             parts, offset = [], 0
             for var in local.weights:

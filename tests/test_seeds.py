@@ -15,10 +15,10 @@ from tiny import learnable_images
 import gpcnn
 from gpcnn.data.tables import load_images
 from gpcnn.estimator import GreenplumCNN
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, wire
 from gpcnn.kernel.protocol import CompileOptions, SegmentOptions
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 DATA_SCHEMA = "gpcnn_seeds_test"
 K = 3

@@ -22,9 +22,9 @@ from gpcnn.engines import migrations, shapes
 from gpcnn.engines.catalog import Catalog, reclaim
 from gpcnn.engines.transfers import EVERY_KEY, write_transfer
 from gpcnn.fit import runs
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 CHUNK_BYTES = 64 << 10
 DATA_SCHEMA = "gpcnn_storage_test"

@@ -191,14 +191,14 @@ def test_sync_is_one_model_trained_on_the_replicas_combined_batch(study, db, sch
     """``sync`` (MirroredStrategy, 32 images per replica on K logical CPUs) takes the same steps
     as plain Keras with one batch of 32·K: the replicas' gradients are averaged every batch."""
     from gpcnn.data.tables import read_images
-    from gpcnn.kernel import segment
+    from gpcnn.kernel import keras_setup, segment
 
     if db.dispatch:
         pytest.skip("sync trains outside the database: one dispatch mode covers it")
     spec = experiments.RunSpec("mnist-sample", "sync", 2, 1, 1)
     (sync,) = experiments.run_one(db, spec, tmp_path, progress=False)
 
-    keras = segment.keras_module()
+    keras = keras_setup.keras_module()
     keras.utils.set_random_seed(spec.seed)
     model = models.small_cnn()
     model.compile(

@@ -19,12 +19,12 @@ from gpcnn.engines.catalog import Catalog
 from gpcnn.estimator import GreenplumCNN, TrainingError
 from gpcnn.fit import compiling
 from gpcnn.fit.training import Training
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, keras_state, segment, wire
 from gpcnn.kernel.protocol import SegmentOptions
 
 pytestmark = pytest.mark.every_dispatch
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 LEARNING_RATE = 0.05
 BATCH = 16
@@ -121,11 +121,13 @@ def reference(model, key_buffers, iterations, seed=None, shuffle=False):
                 metrics=["accuracy"],
             )
             wire.set_model_weights(local, weights)
-            segment.seed_everything(local, seed, iteration, shard)
+            keras_state.seed_everything(local, seed, iteration, shard)
             position = 0
             for images, labels in buffers:
                 if shuffle:
-                    order = segment.shuffled_order(len(labels), seed, iteration, shard, position)
+                    order = keras_state.shuffled_order(
+                        len(labels), seed, iteration, shard, position
+                    )
                     images, labels = images[order], labels[order]
                 position += len(labels)
                 x = segment.to_model_input(images)
@@ -292,7 +294,7 @@ def test_shuffled_buffers_equal_the_reference_with_the_same_orders(db, schema, t
     np.testing.assert_allclose(got, expected, atol=1e-6, rtol=0)
     # The shuffle took effect, and a new order is drawn every iteration.
     assert np.abs(got - reference(model, key_buffers, 2, seed=11)).max() > 1e-4
-    first, second = (segment.shuffled_order(50, 11, i, 0, 0) for i in (1, 2))
+    first, second = (keras_state.shuffled_order(50, 11, i, 0, 0) for i in (1, 2))
     assert sorted(first) == list(range(50)) and not np.array_equal(first, second)
 
 

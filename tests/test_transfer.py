@@ -13,9 +13,9 @@ from gpcnn.data.tables import load_images, read_images
 from gpcnn.estimator import OPTIMIZER_STATES, GreenplumCNN
 from gpcnn.fit import rules
 from gpcnn.fit.validation import model_input
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 DATA = "gpcnn_transfer_test"
 
 

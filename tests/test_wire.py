@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, wire
 
-keras = segment.keras_module()
+keras = keras_setup.keras_module()
 
 
 def odd_model():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import sqlalchemy as sa
 
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 
 
 def learnable_images(n: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
@@ -21,7 +21,7 @@ def learnable_images(n: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
 
 def tiny_cnn(classes: int = 3):
     """Conv2D(3, 3×3) → Dense: the same initial weights every call (seed 7)."""
-    keras = segment.keras_module()
+    keras = keras_setup.keras_module()
     keras.utils.set_random_seed(7)
     return keras.Sequential(
         [
@@ -36,7 +36,7 @@ def tiny_cnn(classes: int = 3):
 def dense_net(classes: int = 3):
     """Flatten → Dense: the smallest model that trains (seed 7), for tests about everything but
     the model."""
-    keras = segment.keras_module()
+    keras = keras_setup.keras_module()
     keras.utils.set_random_seed(7)
     return keras.Sequential(
         [
@@ -50,7 +50,7 @@ def dense_net(classes: int = 3):
 def dense_rows(input_shape=(4,), classes: int = 3):
     """Dense(16, relu) → Dense(classes) for feature rows of any width, the same initial weights
     every call (seeded initializers): the model function of scikit-learn's checks."""
-    keras = segment.keras_module()
+    keras = keras_setup.keras_module()
     return keras.Sequential(
         [
             keras.Input(tuple(input_shape)),

@@ -39,14 +39,14 @@ from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import runs, storage
 from gpcnn.fit.storage import IterationStore
 from gpcnn.fit.training import Training
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup, segment
 
 SCHEMA = "gpcnn_bench_overhead"
 IMAGES_PER_SEGMENT = 16
 INPUTS, CLASSES = 64, 10
 PARTS = ("send", "query", "decode", "merge", "store", "row", "reclaim")
 
-keras = segment.keras_module(threads=1)
+keras = keras_setup.keras_module(threads=1)
 
 TIMED: dict[str, list[float]] = defaultdict(list)
 

@@ -16,11 +16,11 @@ LIMIT = 1.3
 
 def run(context: Context) -> Outcome:
     import gpcnn
-    from gpcnn.kernel import segment
+    from gpcnn.kernel import keras_setup
     from gpcnn.models import small_cnn
 
     db, tables, workers, pair = start("predict", context.database, SCHEMA)
-    segment.keras_module().utils.set_random_seed(0)
+    keras_setup.keras_module().utils.set_random_seed(0)
     model = small_cnn()
     batch = context["batch"]
 

@@ -29,10 +29,10 @@ def run(context: Context) -> Outcome:
     import gpcnn
     from gpcnn.engines.sessions import application_name
     from gpcnn.fit import runs
-    from gpcnn.kernel import segment
+    from gpcnn.kernel import keras_setup
     from gpcnn.models import small_cnn
 
-    keras = segment.keras_module(threads=1)
+    keras = keras_setup.keras_module(threads=1)
     db = gpcnn.connect(context.database, schema=SCHEMA)
     gpcnn.install(db)
     rng = np.random.default_rng(0)

@@ -31,10 +31,10 @@ def serve(kind: str, threads: int) -> int:
     """Answer requests on stdin (the module's docstring) until it closes."""
     os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
     from gpcnn.datasets import load_fashion_mnist
-    from gpcnn.kernel import segment
+    from gpcnn.kernel import keras_setup, segment
     from gpcnn.models import small_cnn
 
-    keras = segment.keras_module(threads=threads)
+    keras = keras_setup.keras_module(threads=threads)
     data = load_fashion_mnist()
     if kind == "fit":
         x, y = segment.to_model_input(data.x_train[..., None]), data.y_train.astype("int32")

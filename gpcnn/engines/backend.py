@@ -163,6 +163,12 @@ class Backend(Compiler):
     # transfers leave the disk on their own.
     DOCTOR_SETTINGS: ClassVar[tuple[str, ...]] = ("autovacuum", "max_connections")
 
+    @staticmethod
+    def doctor_lines(facts: dict, probes: list[dict]) -> list[str]:
+        """What ``gpcnn doctor`` says of this engine's own ``doctor_facts`` (and the segments'
+        ``probes``), one line each; none by default."""
+        return []
+
     def doctor_facts(self) -> dict:
         """What the server offers gpcnn besides the probes: those settings, and the bytes on disk
         of each of gpcnn's tables (dead rows included)."""

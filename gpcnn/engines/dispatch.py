@@ -32,7 +32,7 @@ from gpcnn.engines.results import Trained, merged_result, per_key_result
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.streaming import StreamingAverage
 from gpcnn.engines.transfers import EVERY_KEY, StoredStart
-from gpcnn.kernel import segment
+from gpcnn.kernel import states
 
 # The columns of a training statement's rows: the merged ones, and each key's.
 MERGED_ROW = ("integer", "bytea")
@@ -164,12 +164,12 @@ class Dispatch:
                     backend.evaluation_sql(table_sql, "merge", stored),
                     {**params, "group": groups[0]},
                 )
-                return segment.decode_result(bytes(rows[0][0]))
+                return states.decode_result(bytes(rows[0][0]))
             rows = self.run(sessions, backend.evaluation_sql(table_sql, None, stored), params, keys)
         state = None
         for _, value in sorted(rows, key=lambda r: params["keys"].index(r[0])):
-            state = segment.add_states(state, bytes(value))
-        return segment.decode_result(segment.state_result(state))
+            state = states.add_states(state, bytes(value))
+        return states.decode_result(states.state_result(state))
 
     def predict(
         self, sessions: SegmentSessions, *, table: TableName, params: dict, keys: Sequence[int]

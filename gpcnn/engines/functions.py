@@ -48,12 +48,12 @@ _PREDICT_ARGS = (*_START_ARGS, ("x", "bytea"), ("n", "integer"), *_MODEL_ARGS)
 _MERGE_CHUNK_ARGS = (("chunk", "integer"), ("count", "bigint"), ("data", "bytea"))
 
 FUNCTIONS = (
-    Function("probe", (("threads", "integer"),), "text", "segment.probe(threads)"),
+    Function("probe", (("threads", "integer"),), "text", "keras_state.probe(threads)"),
     Function(
         "train_transition",
         (("state", "bytea"), *_TRAIN_ARGS),
         "bytea",
-        "segment.on_segment(key, segment.train_transition, state, key, chunk, data, x, y, n, "
+        "segment_errors.on_segment(key, segment.train_transition, state, key, chunk, data, x, y, n, "
         "model_json, options_json, expected)",
     ),
     Function(
@@ -66,27 +66,27 @@ FUNCTIONS = (
         "state_chunks",
         (("state", "bytea"), ("chunk_values", "integer")),
         "TABLE (chunk integer, count bigint, data bytea)",
-        "segment.state_chunks(state, chunk_values)",
+        "states.state_chunks(state, chunk_values)",
     ),
-    Function("merge_states", (("a", "bytea"), ("b", "bytea")), "bytea", "segment.add_states(a, b)"),
-    Function("final_state", (("state", "bytea"),), "bytea", "segment.state_result(state)"),
+    Function("merge_states", (("a", "bytea"), ("b", "bytea")), "bytea", "states.add_states(a, b)"),
+    Function("final_state", (("state", "bytea"),), "bytea", "states.state_result(state)"),
     Function(
         "merge_chunk_transition",
         (("state", "bytea"), *_MERGE_CHUNK_ARGS),
         "bytea",
-        "segment.merge_chunk_transition(state, chunk, count, data)",
+        "merging.merge_chunk_transition(state, chunk, count, data)",
     ),
     Function(
         "merge_chunk_final",
         (("state", "bytea"),),
         "bytea",
-        "segment.merge_chunk_final(state)",
+        "merging.merge_chunk_final(state)",
     ),
     Function(
         "predict_transition",
         (("state", "bytea"), *_PREDICT_ARGS),
         "bytea",
-        "segment.on_segment(key, segment.predict_transition, state, key, chunk, data, x, n, "
+        "segment_errors.on_segment(key, segment.predict_transition, state, key, chunk, data, x, n, "
         "model_json, options_json)",
     ),
     Function("predicted", (("state", "bytea"),), "bytea", "segment.predicted(state)"),
@@ -106,33 +106,33 @@ FUNCTIONS = (
             ("top", "double precision"),
         ),
         "bigint",
-        "segment.first_out_of_range(data, n, length, top)",
+        "sql_arrays.first_out_of_range(data, n, length, top)",
         strict=True,
     ),
     Function(
         "pixel_bytes",
         (("data", "bytea"), ("n", "integer"), ("length", "integer"), ("normalized", "boolean")),
         "bytea",
-        "segment.pixel_bytes(data, n, length, normalized)",
+        "sql_arrays.pixel_bytes(data, n, length, normalized)",
         strict=True,
     ),
     Function(
         "image_bytes",
         (("data", "bytea"), ("n", "integer")),
         "bytea",
-        "segment.image_bytes(data, n)",
+        "sql_arrays.image_bytes(data, n)",
         strict=True,
     ),
     Function(
         "little_endian",
         (("data", "bytea"), ("n", "integer"), ("width", "integer")),
         "bytea",
-        "segment.little_endian(data, n, width)",
+        "sql_arrays.little_endian(data, n, width)",
         strict=True,
     ),
 )
 
-# An array's in-memory form as bytea, for ``segment.array_values``: the server's ``byteasend``
+# An array's in-memory form as bytea, for ``sql_arrays.array_values``: the server's ``byteasend``
 # copies any varlena as it is (PL/Python would convert an array element by element).
 ARRAY_BYTES = (
     "CREATE FUNCTION {qschema}.array_bytes(anyarray) RETURNS bytea AS 'byteasend' "

@@ -121,6 +121,32 @@ class GreenplumBackend(GreenplumCompiler, Backend):
         "gp_fts_probe_retries",
     )
 
+    @staticmethod
+    def doctor_lines(f: dict, probes: list[dict]) -> list[str]:
+        """The cluster, its memory limits, resources and mirrors, in ``gpcnn doctor``'s words."""
+        if "primaries" not in f:  # facts of another engine
+            return []
+        lines = []
+        probed = sum(p["segment"] >= 0 for p in probes)
+        lines.append(
+            f"cluster:  {f['primaries']} primaries on {f['hosts']} host(s), {f['mirrors']} "
+            f"mirrors; TensorFlow imported on {probed} of {f['primaries']} primaries"
+        )
+        limits = sorted(set(f["vmem_protect_limit_mb"].values()))
+        lines.append(
+            f"memory:   gp_vmem_protect_limit {'/'.join(map(str, limits))} MB per primary; it "
+            "counts the database's memory, not TensorFlow's inside plpython3u "
+            "(docs/greenplum.md, 'What the cluster needs')"
+        )
+        manager = f["settings"].get("gp_resource_manager")
+        bypass = ", bypassed: this role is a superuser" if f["superuser"] else ""
+        resource = f["resource"] or {}
+        name = resource.get("rsqname") or resource.get("groupname")
+        limits = ", ".join(f"{k} {v}" for k, v in resource.items() if "limit" in k)
+        lines.append(f"resources: resource {manager} {name} ({limits}){bypass}")
+        lines += mirror_lines(f["mirroring"], f["settings"].get("gp_fts_probe_interval"))
+        return lines
+
     def doctor_facts(self) -> dict:
         """Besides the settings: primaries, hosts, each one's mirror and its state
         (``mirroring``), each primary's vmem limit and this role's resource queue or group."""
@@ -260,3 +286,67 @@ def spread_keys(per_segment: list[list[int]], segments: int) -> list[int]:
     if len(keys) < segments:
         raise ValueError(f"found only {len(keys)} distinct keys for {segments} segments")
     return keys
+
+
+def _stream(p: dict) -> str:
+    """A mirror's WAL stream as its primary reports it."""
+    r = p["replication"]
+    if r is None or (isinstance(r, dict) and r["state"] is None):  # a mirror that is down
+        return "no WAL stream"
+    if isinstance(r, str):
+        return f"WAL stream not read ({r})"
+    lag = "" if r["lag_bytes"] is None else f", {r['lag_bytes']} bytes to replay"
+    error = "" if r["sync_error"] in (None, "none") else f", error {r['sync_error']}"
+    return f"WAL {r['state']} {r['sync_state']}{lag}{error}"
+
+
+def mirror_lines(mirroring: list[dict], probe_interval: str | None) -> list[str]:
+    """Greenplum's mirrors and standby, and what a fit does when a primary fails."""
+    segments = [p for p in mirroring if p["content"] >= 0]
+    mirrored = [p for p in segments if p["mirror"] is not None]
+    problems = []
+    for p in segments:
+        where = f"content {p['content']}"
+        if p["mirror"] is None:
+            problems.append(f"{where}: no mirror")
+        elif not (p["mirror_up"] and p["in_sync"]):
+            state = "up" if p["mirror_up"] else "down"
+            sync = "in sync" if p["in_sync"] else "not in sync"
+            problems.append(f"{where}: mirror {p['mirror']} {state}, {sync} (gprecoverseg)")
+        if not p["placed"]:
+            problems.append(
+                f"{where}: its mirror acts as primary at {p['primary']} (gprecoverseg -r)"
+            )
+    healthy = "all up and in sync" if mirrored and not problems else "; ".join(problems)
+    lines = [
+        f"mirrors:  {len(mirrored)} of {len(segments)} primaries mirrored: {healthy}; "
+        + ", ".join(f"content {p['content']} {_stream(p)}" for p in mirrored)
+        if mirrored
+        else f"mirrors:  none: {healthy}"
+    ]
+    standby = next((p for p in mirroring if p["content"] < 0 and p["mirror"]), None)
+    if standby is None:
+        lines.append(
+            "standby:  none: a coordinator that fails or restarts ends the running fit; it "
+            "resumes with fit(table, resume=run_id) once the coordinator is back"
+        )
+    else:
+        state = "up" if standby["mirror_up"] else "down"
+        lines.append(
+            f"standby:  coordinator standby {standby['mirror']} {state}, {_stream(standby)}"
+        )
+    probe = f"every {probe_interval}" if probe_interval else "at its interval"
+    if mirrored:
+        lines.append(
+            "failover: a primary that fails ends the running fit with an error naming the failed "
+            "segment (unless its statement finished first: the fit then goes on); the fault "
+            f"prober checks {probe} and promotes the mirror; fit(table, resume=run_id) then "
+            "continues from the last stored iteration to the model an uninterrupted fit gives "
+            "(docs/greenplum.md, 'Failover')"
+        )
+    if len(mirrored) < len(segments):
+        lines.append(
+            "failover: none for a primary without a mirror: a fit fails until that primary is "
+            "back (gpstart / gprecoverseg), then resumes with fit(table, resume=run_id)"
+        )
+    return lines

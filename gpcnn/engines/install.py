@@ -1,9 +1,10 @@
 """Installs gpcnn's plpython3u functions and aggregates, generated from plain modules of gpcnn/,
 and gpcnn's own tables (created, or migrated from an older shape, in the same transaction).
 
-Every function body carries the source of the in-database modules (``weights``, ``merge``,
-``segment``) and loads them once per server process into ``GD`` as a private package, keyed by a hash
-of the sources; then it calls one function of ``segment``. So the server needs only TensorFlow, Keras
+Every function body carries the source of the in-database modules (``gpcnn.kernel.BUNDLE``) and
+loads them once per server process into ``GD`` as a private package, keyed by a hash of the
+sources; then it calls one function of the module that defines it (``segment``, ``states``,
+``merging``, ...). So the server needs only TensorFlow, Keras
 and numpy, never gpcnn itself, and what runs inside the database is exactly what the tests import.
 """
 
@@ -55,7 +56,10 @@ if _package is None:
         exec(compile(_source, "gpcnn/kernel/" + _module + ".py", "exec"), _m.__dict__)
         setattr(_package, _module, _m)
     GD[_bundle] = _package
-segment = _package.segment
+segment, segment_errors, states, merging, keras_state, sql_arrays = (
+    _package.segment, _package.segment_errors, _package.states, _package.merging,
+    _package.keras_state, _package.sql_arrays,
+)
 """
 
 

@@ -83,6 +83,11 @@ class PostgresBackend(PostgresCompiler, Backend):
         "ORDER BY 1, 2, 3"
     )
 
+    @staticmethod
+    def doctor_lines(f: dict, probes: list[dict]) -> list[str]:
+        """Which replicas stream, and what a fit does if the server fails."""
+        return [replica_line(f["replicas"])] if "replicas" in f else []
+
     def doctor_facts(self) -> dict:
         """Besides the settings and table sizes: the streaming replicas (``replicas``: name,
         state, sync_state each), whose failover gpcnn does not follow by itself."""
@@ -137,3 +142,17 @@ def ensure_database(conn: sa.Connection, name: str) -> None:
     ).scalar()
     if not found:
         conn.exec_driver_sql(f"CREATE DATABASE {conn.dialect.identifier_preparer.quote(name)}")
+
+
+def replica_line(replicas: list[dict]) -> str:
+    """PostgreSQL's streaming replicas, and what a fit does when the server fails."""
+    if not replicas:
+        return (
+            "replicas: none streaming: a fit fails with the server and resumes once it is back "
+            "(fit(table, resume=run_id))"
+        )
+    seen = ", ".join(f"{r['name'] or '?'} ({r['state']}, {r['sync_state']})" for r in replicas)
+    return (
+        f"replicas: {len(replicas)} streaming: {seen}; gpcnn does not follow a failover by "
+        "itself: connect to the promoted server and resume there (fit(table, resume=run_id))"
+    )

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpcnn.kernel import averaging, segment
+from gpcnn.kernel import averaging, states
 from gpcnn.kernel.states import segment_records
 
 
@@ -70,10 +70,10 @@ def merged_result(rows: list[tuple], reference: np.ndarray | None = None) -> Tra
     """(chunk, merged value) rows: chunk -1 the merged small state, then the averaged vector;
     its step measured against ``reference`` when given."""
     chunks = {int(chunk): value for chunk, value in rows}
-    state = segment.decode_state(chunks.pop(-1))
+    state = states.decode_state(chunks.pop(-1))
     vector = assemble(chunks)
     step2 = None if reference is None else merged_step2(vector, reference, chunks)
-    return Trained(segment.final_metrics(state), vector, None, segment_reports(state), step2)
+    return Trained(states.final_metrics(state), vector, None, segment_reports(state), step2)
 
 
 def merged_step2(vector: np.ndarray, reference: np.ndarray, chunks: Mapping) -> float:
@@ -97,12 +97,12 @@ def per_key_result(rows: list[tuple], keys: Sequence[int]) -> Trained:
     for key, chunk, _, data in rows:
         state, chunks = found.setdefault(int(key), ({}, {}))
         if chunk < 0:
-            state.update(segment.decode_state(data))
+            state.update(states.decode_state(data))
             reports += segment_reports(state)
         else:
             chunks[int(chunk)] = data
     per_key = {
-        key: (segment.final_metrics(found[key][0]), assemble(found[key][1], f"key {key}'s vector"))
+        key: (states.final_metrics(found[key][0]), assemble(found[key][1], f"key {key}'s vector"))
         for key in sorted(found, key=list(keys).index)
     }
     return Trained(None, None, per_key, sorted(reports, key=lambda r: r.shard))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpcnn.engines.results import Trained, segment_reports
-from gpcnn.kernel import averaging, segment
+from gpcnn.kernel import averaging, states
 
 AVERAGE_NICENESS = 10  # the averaging thread: behind the segments (0), ahead of nice-19 jobs
 AVERAGE_LEAD_CHUNKS = 2  # how far one stream may run ahead of the slowest before it waits
@@ -77,12 +77,12 @@ class StreamingAverage:
         with self._progress:
             self._counts[key] = count
             if chunk < 0:  # the small state, first in each stream, with the vector's size
-                state = segment.decode_state(data)
+                state = states.decode_state(data)
                 if self.vector is None:
                     size, into = int(state["values"]), self._into
                     fits = into is not None and into.size == size and into.dtype == "<f4"
                     self.vector = into if fits else np.empty(size, dtype="<f4")
-                self._states[key] = segment.encode_state(state)
+                self._states[key] = states.encode_state(state)
                 return
             while (
                 self.paced
@@ -159,9 +159,9 @@ class StreamingAverage:
             )
         state = None
         for key in self.keys:
-            state = segment.add_states(state, self._states[key])
-        merged = segment.decode_state(state)
+            state = states.add_states(state, self._states[key])
+        merged = states.decode_state(state)
         step2 = None if self._reference is None else self._step2
         return Trained(
-            segment.final_metrics(merged), self.vector, None, segment_reports(merged), step2
+            states.final_metrics(merged), self.vector, None, segment_reports(merged), step2
         )

@@ -1,7 +1,7 @@
 """Errors from inside the database, told as where and why.
 
 A plpython function that raises sends the server an error whose message is ``Type: message`` and
-whose context is the Python traceback; ``segment.on_segment`` puts the segment's key in front of
+whose context is the Python traceback; ``segment_errors.on_segment`` puts the segment's key in front of
 what the training functions raise (``SegmentError: segment 3: TypeError: ...``). On Greenplum the
 message also names the segment that failed (``(seg1 slice1 10.0.0.5:6001 pid=1234)``), which the
 engine reads (``engines.error_place``); MADlib's own functions move the segment's traceback into

@@ -37,62 +37,35 @@ import numpy as np
 
 from . import wire
 from .averaging import squared_distance
-from .keras_setup import compiled, keras_module, rebuilt
-from .keras_state import probe, reset_optimizer, seed_everything, set_rate, shuffled_order
+from .keras_setup import compiled, rebuilt
+from .keras_state import reset_optimizer, seed_everything, set_rate, shuffled_order
 from .layout import OPTIMIZER, WEIGHTS, model_layout
 from .local_steps import LocalSteps, sends
-from .merging import merge_chunk_final, merge_chunk_transition
 from .protocol import SegmentOptions
-from .segment_errors import SegmentError, on_segment
-from .sql_arrays import array_values, first_out_of_range, image_bytes, little_endian, pixel_bytes
+from .segment_errors import SegmentError
 from .states import (
     STATE_MAGIC,
-    add_states,
     begun,
-    decode_result,
     decode_state,
     encode_state,
-    final_metrics,
     finished,
     hooks,
     new_state,
     outbox,
     pack,
     receive,
-    state_chunks,
-    state_result,
     take_start,
     unpack,
 )
 
 __all__ = [
-    "SegmentError",
-    "add_states",
-    "array_values",
     "build_model",
     "decode_images",
     "decode_labels",
-    "decode_result",
-    "decode_state",
-    "encode_state",
     "evaluate_transition",
-    "final_metrics",
-    "first_out_of_range",
-    "image_bytes",
-    "keras_module",
-    "little_endian",
-    "merge_chunk_final",
-    "merge_chunk_transition",
-    "on_segment",
-    "pixel_bytes",
     "predict_transition",
     "predicted",
     "prediction_rows",
-    "probe",
-    "seed_everything",
-    "shuffled_order",
-    "state_chunks",
-    "state_result",
     "to_model_input",
     "train_transition",
 ]

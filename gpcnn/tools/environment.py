@@ -24,6 +24,7 @@ class EnvironmentReport:
     probes: list[dict] = field(default_factory=list)
     schema: str = "gpcnn"
     facts: dict = field(default_factory=dict)  # Backend.doctor_facts()
+    engine_lines: list[str] = field(default_factory=list)  # Backend.doctor_lines(facts, probes)
     plugins: dict = field(default_factory=dict)  # entry-point group -> plug-ins loaded from it
 
     def as_dict(self) -> dict:
@@ -49,30 +50,11 @@ class EnvironmentReport:
         return "\n".join(lines + self.fact_lines())
 
     def fact_lines(self) -> list[str]:
-        """The cluster (Greenplum), its memory limits and resources, autovacuum and what it
-        means for gpcnn's tables."""
-        f, lines = self.facts, []
-        if "primaries" in f:
-            probed = sum(p["segment"] >= 0 for p in self.probes)
-            lines.append(
-                f"cluster:  {f['primaries']} primaries on {f['hosts']} host(s), {f['mirrors']} "
-                f"mirrors; TensorFlow imported on {probed} of {f['primaries']} primaries"
-            )
-            limits = sorted(set(f["vmem_protect_limit_mb"].values()))
-            lines.append(
-                f"memory:   gp_vmem_protect_limit {'/'.join(map(str, limits))} MB per primary; it "
-                "counts the database's memory, not TensorFlow's inside plpython3u "
-                "(docs/greenplum.md, 'What the cluster needs')"
-            )
-            manager = f["settings"].get("gp_resource_manager")
-            bypass = ", bypassed: this role is a superuser" if f["superuser"] else ""
-            resource = f["resource"] or {}
-            name = resource.get("rsqname") or resource.get("groupname")
-            limits = ", ".join(f"{k} {v}" for k, v in resource.items() if "limit" in k)
-            lines.append(f"resources: resource {manager} {name} ({limits}){bypass}")
-            lines += mirror_lines(f["mirroring"], f["settings"].get("gp_fts_probe_interval"))
-        elif "replicas" in f:
-            lines.append(replica_line(f["replicas"]))
+        """The engine's own lines (``Backend.doctor_lines``: Greenplum's cluster, memory,
+        resources and mirrors; PostgreSQL's replicas), then autovacuum and the JIT, and what they
+        mean for gpcnn."""
+        f = self.facts
+        lines = list(self.engine_lines)
         megabytes = sum(f.get("table_bytes", {}).values()) / 1e6
         autovacuum = f.get("settings", {}).get("autovacuum")
         if autovacuum == "off":
@@ -93,84 +75,6 @@ class EnvironmentReport:
                 "set jit_provider = 'none' (docs/guide/privileges.md, 'Threat model')"
             )
         return lines
-
-
-def _stream(p: dict) -> str:
-    """A mirror's WAL stream as its primary reports it."""
-    r = p["replication"]
-    if r is None or (isinstance(r, dict) and r["state"] is None):  # a mirror that is down
-        return "no WAL stream"
-    if isinstance(r, str):
-        return f"WAL stream not read ({r})"
-    lag = "" if r["lag_bytes"] is None else f", {r['lag_bytes']} bytes to replay"
-    error = "" if r["sync_error"] in (None, "none") else f", error {r['sync_error']}"
-    return f"WAL {r['state']} {r['sync_state']}{lag}{error}"
-
-
-def mirror_lines(mirroring: list[dict], probe_interval: str | None) -> list[str]:
-    """Greenplum's mirrors and standby, and what a fit does when a primary fails."""
-    segments = [p for p in mirroring if p["content"] >= 0]
-    mirrored = [p for p in segments if p["mirror"] is not None]
-    problems = []
-    for p in segments:
-        where = f"content {p['content']}"
-        if p["mirror"] is None:
-            problems.append(f"{where}: no mirror")
-        elif not (p["mirror_up"] and p["in_sync"]):
-            state = "up" if p["mirror_up"] else "down"
-            sync = "in sync" if p["in_sync"] else "not in sync"
-            problems.append(f"{where}: mirror {p['mirror']} {state}, {sync} (gprecoverseg)")
-        if not p["placed"]:
-            problems.append(
-                f"{where}: its mirror acts as primary at {p['primary']} (gprecoverseg -r)"
-            )
-    healthy = "all up and in sync" if mirrored and not problems else "; ".join(problems)
-    lines = [
-        f"mirrors:  {len(mirrored)} of {len(segments)} primaries mirrored: {healthy}; "
-        + ", ".join(f"content {p['content']} {_stream(p)}" for p in mirrored)
-        if mirrored
-        else f"mirrors:  none: {healthy}"
-    ]
-    standby = next((p for p in mirroring if p["content"] < 0 and p["mirror"]), None)
-    if standby is None:
-        lines.append(
-            "standby:  none: a coordinator that fails or restarts ends the running fit; it "
-            "resumes with fit(table, resume=run_id) once the coordinator is back"
-        )
-    else:
-        state = "up" if standby["mirror_up"] else "down"
-        lines.append(
-            f"standby:  coordinator standby {standby['mirror']} {state}, {_stream(standby)}"
-        )
-    probe = f"every {probe_interval}" if probe_interval else "at its interval"
-    if mirrored:
-        lines.append(
-            "failover: a primary that fails ends the running fit with an error naming the failed "
-            "segment (unless its statement finished first: the fit then goes on); the fault "
-            f"prober checks {probe} and promotes the mirror; fit(table, resume=run_id) then "
-            "continues from the last stored iteration to the model an uninterrupted fit gives "
-            "(docs/greenplum.md, 'Failover')"
-        )
-    if len(mirrored) < len(segments):
-        lines.append(
-            "failover: none for a primary without a mirror: a fit fails until that primary is "
-            "back (gpstart / gprecoverseg), then resumes with fit(table, resume=run_id)"
-        )
-    return lines
-
-
-def replica_line(replicas: list[dict]) -> str:
-    """PostgreSQL's streaming replicas, and what a fit does when the server fails."""
-    if not replicas:
-        return (
-            "replicas: none streaming: a fit fails with the server and resumes once it is back "
-            "(fit(table, resume=run_id))"
-        )
-    seen = ", ".join(f"{r['name'] or '?'} ({r['state']}, {r['sync_state']})" for r in replicas)
-    return (
-        f"replicas: {len(replicas)} streaming: {seen}; gpcnn does not follow a failover by "
-        "itself: connect to the promoted server and resume there (fit(table, resume=run_id))"
-    )
 
 
 @database_argument
@@ -222,6 +126,7 @@ def check_environment(database: Database | str | None = None) -> EnvironmentRepo
                 f"the server imports Keras {p['keras']}; gpcnn needs Keras 3 (pip install "
                 "'keras>=3' tensorflow>=2.16 into the server's Python environment)"
             )
+    facts = backend.doctor_facts()
     return EnvironmentReport(
         engine_kind=backend.kind,
         dispatch=backend.dispatch,
@@ -230,6 +135,7 @@ def check_environment(database: Database | str | None = None) -> EnvironmentRepo
         installed=installed,
         probes=probes,
         schema=db.schema,
-        facts=backend.doctor_facts(),
+        facts=facts,
+        engine_lines=backend.doctor_lines(facts, probes),
         plugins={group: list(names) for group, names in engine_registry.PLUGINS.items()},
     )

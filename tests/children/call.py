@@ -17,9 +17,9 @@ os.environ["TF_ENABLE_ONEDNN_OPTS"] = "0"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import gpcnn
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 
-keras = segment.keras_module(threads=1)
+keras = keras_setup.keras_module(threads=1)
 url, schema, job = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from test_load import images  # noqa: E402 - the test's own data, once the tests are on the path

@@ -20,9 +20,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import gpcnn
-from gpcnn.kernel import segment, wire
+from gpcnn.kernel import keras_setup, wire
 
-keras = segment.keras_module(threads=1)
+keras = keras_setup.keras_module(threads=1)
 url, schema, table, out, factory = sys.argv[1:6]
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 module, function = factory.split(":")

@@ -24,12 +24,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 import gpcnn
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 
 # Ctrl-C as a terminal delivers it: a suite started as a background job (`make test &` from a
 # script) hands its children SIGINT ignored, and Python then raises no KeyboardInterrupt at all.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-keras = segment.keras_module(threads=1)
+keras = keras_setup.keras_module(threads=1)
 url, schema, table = sys.argv[1:4]
 db = gpcnn.connect(url, schema=schema)
 

@@ -20,9 +20,9 @@ import psycopg2
 
 import gpcnn
 from gpcnn.engines.sessions import POOL, SegmentSessions, application_name
-from gpcnn.kernel import segment
+from gpcnn.kernel import keras_setup
 
-keras = segment.keras_module(threads=1)
+keras = keras_setup.keras_module(threads=1)
 url, schema, table, broken = sys.argv[1:5]
 db = gpcnn.connect(url, schema=schema)
 parsed = db.url
