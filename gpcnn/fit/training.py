@@ -69,8 +69,8 @@ class Training:
         self.start_layout = model_layout(self.weight_count, local_steps.sends(steps))
         self.result_layout = model_layout(self.weight_count, local_steps.returns(steps))
         self.policy = options.optimizer_state
-        # Each segment starts from a vector of its own when the rule keeps a model per segment
-        # (the rule's ``per_segment``) or each segment keeps its optimizer state ("local").
+        # Each segment starts from a vector of its own when it keeps a model of its own (the
+        # rule's ``per_segment``) or its own optimizer state ("local").
         self.own_starts = rule.per_segment or self.policy == "local"
         self.shared_optimizer: np.ndarray | None = None
         self.segment_optimizers: dict[int, np.ndarray | None] = {k: None for k in info.keys}

@@ -82,7 +82,9 @@ class MergeRule:
         How BatchNorm moving statistics merge, as above.
     """
 
-    per_segment: ClassVar[bool] = False  # needs each segment's model back, not only the average
+    # Each segment keeps a model of its own across iterations: it is sent its own start
+    # (``sends_model`` is False) and its trained model is needed back (``needs_segments``).
+    per_segment: ClassVar[bool] = False
     validates_segments: ClassVar[bool] = False  # the validation evaluates each segment's model too
     state_layout: ClassVar[str | None] = None  # what ``state()`` holds, in words (run summaries)
     words: ClassVar[str] = ""  # the rule in a figure's legend (``register_rule``)
