@@ -44,8 +44,16 @@ def stored(x: np.ndarray, *, stacklevel: int = 2) -> np.ndarray:
         if x.size and not np.isfinite(x).all():
             raise TableError("feature rows must be finite: no NaN or infinity")
         return x.astype(FEATURE_DTYPE)
-    if x.size and (not np.isfinite(x).all() or x.min() < 0 or x.max() > 1):
-        raise TableError("float images must lie in [0, 1] (store uint8 0..255 otherwise)")
+    if x.size and not np.isfinite(x).all():
+        bad = int(np.count_nonzero(~np.isfinite(x)))
+        raise TableError(
+            f"float images hold {bad:,} NaN or infinite values: replace or drop those images first"
+        )
+    if x.size and (x.min() < 0 or x.max() > 1):
+        raise TableError(
+            f"float images must lie in [0, 1], these span {x.min():g}..{x.max():g}: scale them, "
+            "or store integer pixels 0..255"
+        )
     warnings.warn(
         "float images in [0, 1] are stored as uint8 (rounded x*255)", stacklevel=stacklevel
     )

@@ -22,7 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError as DriverError
 
 from gpcnn.engines.backend import Backend, ServerPlace
 from gpcnn.engines.compiler import Compiler
-from gpcnn.engines.database import Database, connect, release_sessions
+from gpcnn.engines.database import Database, UnreachableError, connect, release_sessions
 from gpcnn.engines.dispatch import Dispatch, OneStatement, SessionPerSegment, TrainingCall
 from gpcnn.engines.engine_registry import (
     ServerFacts,
@@ -56,6 +56,7 @@ __all__ = [
     "ServerPlace",
     "SessionPerSegment",
     "TrainingCall",
+    "UnreachableError",
     "connect",
     "dispatch_names",
     "error_place",

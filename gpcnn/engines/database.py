@@ -59,7 +59,31 @@ def _driver_url(url: str | sa.URL) -> sa.URL:
     parsed = sa.make_url(url)
     if parsed.drivername in ("postgresql", "postgres", "greenplum"):
         parsed = parsed.set(drivername="postgresql+psycopg2")
+    if parsed.get_backend_name() != "postgresql":
+        raise ValueError(
+            f"{parsed.render_as_string(hide_password=True)} is a {parsed.get_backend_name()} URL: "
+            "gpcnn runs on PostgreSQL, Greenplum and Cloudberry (postgresql://user@host:port/db)"
+        )
     return parsed
+
+
+class UnreachableError(sa.exc.OperationalError):
+    """The server of a handle cannot be reached: the driver's error, told with the URL (no
+    password), where that URL came from and what to run. A ``DatabaseError`` like any other."""
+
+    def __init__(self, error: sa.exc.DBAPIError, url: sa.URL, origin: str) -> None:
+        super().__init__(error.statement, error.params, error.orig)
+        reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+        embedded = origin == "the embedded cluster"
+        start = "start it with `gpcnn db start`" if embedded else "check that the server runs"
+        self.advice = (
+            f"cannot reach the database {url.render_as_string(hide_password=True)} ({origin}): "
+            f"{reason}; {start} (`gpcnn doctor` checks it), or set GPCNN_DATABASE_URL or pass a "
+            "URL to use another"
+        )
+
+    def __str__(self) -> str:
+        return self.advice
 
 
 def _same_login(a: sa.URL, b: sa.URL) -> bool:
@@ -145,14 +169,24 @@ class Database:
         self.chunk_bytes = None if chunk_bytes is None else check_chunk_bytes(chunk_bytes)
         self.engine_name = engine_name
         self.closed = False
+        self.origin = "the URL given"  # where the URL came from, for errors (``connect`` says)
 
     @cached_property
     def engine(self) -> sa.Engine:
         if self.closed:
             raise RuntimeError(f"{self!r} is closed: gpcnn.connect() opens it again")
-        return sa.create_engine(
+        engine = sa.create_engine(
             self.url, pool_pre_ping=True, connect_args=connect_arguments(self.url)
         )
+        sa.event.listen(engine, "handle_error", self._unreachable)
+        return engine
+
+    def _unreachable(self, context: sa.engine.ExceptionContext) -> Exception | None:
+        """A connection that could not be opened, told as ``UnreachableError``."""
+        error = context.sqlalchemy_exception
+        if context.connection is None and isinstance(error, sa.exc.OperationalError):
+            return UnreachableError(error, self.url, self.origin)
+        return None
 
     @cached_property
     def backend(self) -> Backend:
@@ -284,6 +318,8 @@ def connect(
     url : str, sqlalchemy.URL, Database or None
         A PostgreSQL or Greenplum URL (any driver prefix becomes psycopg2), or a handle, returned
         as it is. None: ``$GPCNN_DATABASE_URL``, else the embedded PostgreSQL of ``$GPCNN_HOME``.
+        Nothing connects yet: a server that cannot be reached is told at first use, as
+        ``UnreachableError`` (the URL, where it came from and what to run).
     schema : str, default "gpcnn"
         The schema of gpcnn's functions, runs and catalog for everything done with this handle.
     dispatch : {None, "statement", "sessions"}
@@ -305,6 +341,8 @@ def connect(
     ------
     sqlalchemy.exc.ArgumentError
         ``url`` is not a database URL.
+    ValueError
+        ``url`` is not a PostgreSQL, Greenplum or Cloudberry URL (e.g. ``mysql://``).
     RuntimeError
         No URL and no embedded cluster registered, or the embedded cluster cannot start (an
         ``EmbeddedError``, naming why and what to run).
@@ -317,14 +355,19 @@ def connect(
     """
     if isinstance(url, Database):
         return url
+    origin = "the URL given"
     if url is None:
-        url = os.environ.get("GPCNN_DATABASE_URL")
+        url, origin = os.environ.get("GPCNN_DATABASE_URL"), "from $GPCNN_DATABASE_URL"
     if url is None:
-        url = _default().url()
-    parsed = _driver_url(url)
+        url, origin = _default().url(), "the embedded cluster"
+    try:
+        parsed = _driver_url(url)
+    except ValueError as e:
+        raise ValueError(f"{e} ({origin})") from None
     key = (parsed.render_as_string(hide_password=False), schema, dispatch, chunk_bytes, engine_name)
     with _open_lock:
         db = _open.get(key)
         if db is None:
             db = _open[key] = Database(parsed, schema, dispatch, chunk_bytes, engine_name)
+            db.origin = origin
     return db

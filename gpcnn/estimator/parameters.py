@@ -66,6 +66,7 @@ def check(params: dict) -> None:
     if params["local_epochs"] > 1 and max(merges_per_epoch(params["merges_per_epoch"])) > 1:
         raise ValueError("local_epochs > 1 needs merges_per_epoch=1 (one merge per pass)")
     compiling.check_metrics(params["metrics"])
+    compiling.check_optimizer(params["optimizer"])
 
 
 def merges_per_epoch(value: int | Sequence[int]) -> list[int]:

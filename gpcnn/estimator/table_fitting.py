@@ -15,7 +15,7 @@ import numpy as np
 from gpcnn.data.label_skew import skew_warning
 from gpcnn.data.tables import ImageTable
 from gpcnn.engines import Database
-from gpcnn.fit import loop, rules
+from gpcnn.fit import compiling, loop, rules
 from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.training import Plan
 from gpcnn.fit.validation import Validation, check_model_fits, validation_source
@@ -48,8 +48,10 @@ class TableFitting:
                 logging.getLogger("gpcnn").warning(warning)
         model = self._model(info)
         input_shape = check_model_fits(model, info)
-        source = validation_source(db, self._indexed(validation_data), model)
+        source = validation_source(db, self._indexed(validation_data), model, info)
         options = self._segment_options(db, info, input_shape)
+        for warning in compiling.model_warnings(model, options.compile):
+            logging.getLogger("gpcnn").warning(warning)
         model_json, manifest = model.to_json(), wire.manifest(model)
         rule = rules.make_rule(
             self.merge,

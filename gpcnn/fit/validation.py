@@ -58,7 +58,8 @@ def check_model_fits(model: Any, info: ImageTable) -> tuple[int, ...]:
     if units != info.num_classes:
         raise ValueError(
             f"the model has {units} output units, but {info.table} has {info.num_classes} "
-            "classes: change the last layer"
+            "classes: change the last layer, or pass a function that builds the model for the "
+            "table's shape and classes (gpcnn.models.small_cnn, not small_cnn())"
         )
     if 0 in info.images_per_segment:
         raise ValueError(f"{info.table} has a segment with no rows: reload it")
@@ -66,15 +67,35 @@ def check_model_fits(model: Any, info: ImageTable) -> tuple[int, ...]:
     return shape
 
 
-def validation_source(db: Database, source, model: Any) -> ImageTable | tuple | None:
-    """Validation arrays ``(x, y)``, or a table's description (checked against ``model``)."""
+def validation_source(
+    db: Database, source, model: Any, trained: ImageTable | None = None
+) -> ImageTable | tuple | None:
+    """Validation arrays ``(x, y)``, or a table's description (checked against ``model``). A
+    table whose items or classes differ from those of the table ``trained`` on is named as the
+    odd one, before the model is blamed."""
     if isinstance(source, tuple) and len(source) == 2 and not is_table(source):
         return tuple(np.asarray(v) for v in source)
     if source is None:
         return None
     info = describe(db, source)
+    if trained is not None:
+        _check_like_training(info, trained)
     check_model_fits(model, info)
     return info
+
+
+def _check_like_training(info: ImageTable, trained: ImageTable) -> None:
+    fix = "validate on a table of the same kind of items, loaded as the training table was"
+    if tuple(info.image_shape) != tuple(trained.image_shape):
+        raise ValueError(
+            f"the validation table {info.table} holds items of shape {tuple(info.image_shape)}, "
+            f"but the training table {trained.table} holds {tuple(trained.image_shape)}: {fix}"
+        )
+    if info.num_classes != trained.num_classes:
+        raise ValueError(
+            f"the validation table {info.table} has {info.num_classes} classes, but the training "
+            f"table {trained.table} has {trained.num_classes}: {fix}"
+        )
 
 
 def model_input(x, input_shape=None) -> np.ndarray:

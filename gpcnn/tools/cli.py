@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from gpcnn.data.by_name import DATASET_NAMES
-from gpcnn.engines import DriverError, dispatch_names
+from gpcnn.engines import DriverError, UnreachableError, dispatch_names
 from gpcnn.tools import commands, embedded, study_commands
 
 
@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     except (embedded.EmbeddedError, RuntimeError, ValueError, OSError, DriverError) as e:
         if args.traceback:
             raise
-        text = str(getattr(e, "orig", None) or e).strip()
+        # the driver's own line, unless gpcnn told the error in its words
+        told = isinstance(e, UnreachableError)
+        text = str(e if told else getattr(e, "orig", None) or e).strip()
         print(
             f"gpcnn: error: {text.splitlines()[0] if text else type(e).__name__}", file=sys.stderr
         )

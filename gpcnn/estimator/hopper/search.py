@@ -52,7 +52,7 @@ def _checked(db: Database, info: ImageTable, index: int, config: Mapping, common
         options = est._segment_options(db, info, input_shape).replace(optimizer_state="local")
         model_json = model.to_json()
         keras_setup.compiled_model(model_json, options.compile)  # refuses a bad optimizer, loss
-        validation_source(db, source, model)
+        validation_source(db, source, model, info)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{label}: {e}") from None
     return est, options, model, label
