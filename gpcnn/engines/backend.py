@@ -145,11 +145,11 @@ class Backend(Compiler):
 
     def server_version(self) -> str:
         with self.engine.connect() as conn:
-            return conn.execute(sa.text("SELECT version()")).scalar()
+            return conn.execute(sa.text("SELECT version()")).scalar_one()
 
     def server_version_num(self) -> int:
         with self.engine.connect() as conn:
-            return int(conn.execute(sa.text("SHOW server_version_num")).scalar())
+            return int(conn.execute(sa.text("SHOW server_version_num")).scalar_one())
 
     def default_segments(self) -> int:
         """K when the user gives none."""

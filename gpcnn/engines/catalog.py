@@ -96,7 +96,7 @@ class Catalog:
                 updated_at=sa.func.now(),
             )
             .returning(t.c.run_id)
-        ).scalar()
+        ).scalar_one()
 
     def _durable(self) -> None:
         """This transaction's commit returns once its WAL is on disk, whatever the server's

@@ -36,7 +36,7 @@ class CopyStream(io.RawIOBase):
     def __init__(self, pieces: Iterator[bytes], progress=None) -> None:
         self._pieces = iter(pieces)
         self._pending = memoryview(b"")
-        self._whole: bytes | None = None
+        self._whole = b""  # the piece that _pending views, while it does
         self._progress = progress
         self.error: BaseException | None = None  # what broke the stream (the driver hides it)
 
@@ -55,7 +55,7 @@ class CopyStream(io.RawIOBase):
             self._whole, self._pending = piece, memoryview(piece)
         if size < 0 or size >= len(self._pending):
             out = self._whole if len(self._pending) == len(self._whole) else bytes(self._pending)
-            self._pending, self._whole = memoryview(b""), None
+            self._pending, self._whole = memoryview(b""), b""
         else:
             out, self._pending = bytes(self._pending[:size]), self._pending[size:]
         if self._progress is not None:
@@ -157,7 +157,8 @@ class BinaryRows(io.RawIOBase):
             if fields == -1:
                 self._done = True
                 return at + 2
-            row, cursor = [], at + 2
+            row: list[memoryview | int | None] = []
+            cursor = at + 2
             for sql_type in self.types:
                 if cursor + 4 > len(view):
                     return at

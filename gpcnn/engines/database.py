@@ -272,7 +272,8 @@ class Database:
         password = _known_password(url)
         if password is not None:
             url = url.set(password=password)
-        self.__init__(
+        type(self).__init__(
+            self,
             url,
             state["schema"],
             state["dispatch"],

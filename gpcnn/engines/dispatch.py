@@ -27,7 +27,7 @@ import numpy as np
 
 from gpcnn.engines import transfers
 from gpcnn.engines.copying import BinaryRows, ChunkTables
-from gpcnn.engines.identifiers import TableName
+from gpcnn.engines.identifiers import Quoting, TableName
 from gpcnn.engines.results import Trained, merged_result, per_key_result
 from gpcnn.engines.sessions import SegmentSessions
 from gpcnn.engines.streaming import StreamingAverage
@@ -39,9 +39,9 @@ MERGED_ROW = ("integer", "bytea")
 KEY_ROW = ("integer", "integer", "bigint", "bytea")
 
 
-class StatementSource(ChunkTables, Protocol):
-    """What a dispatch needs of its engine's ``backend.Backend``: the statements, and where the
-    merge of one statement runs."""
+class StatementSource(ChunkTables, Quoting, Protocol):
+    """What a dispatch needs of its engine's ``backend.Backend``: the statements, where the
+    merge of one statement runs, and its table names."""
 
     def merges_in_database(self, keys: int, values: int) -> bool: ...
 
@@ -130,7 +130,9 @@ class Dispatch:
         with transfers.statement_vectors(backend, starts, params) as params:
             params = {**params, "chunk_values": backend.chunk_values}
             groups = self.groups(keys, len(sessions))
-            size = starts.size if stored else next(iter(starts.values())).size
+            size = (
+                starts.size if isinstance(starts, StoredStart) else next(iter(starts.values())).size
+            )
             if merged and len(groups) == 1 and backend.merges_in_database(len(keys), size):
                 sql = backend.training_sql(table_sql, "merge", stored)
                 return merged_in_database(backend, sessions, sql, params, groups[0], reference)
@@ -155,7 +157,8 @@ class Dispatch:
         backend = self.backend
         table_sql = table.sql(backend)
         stored = isinstance(weights, StoredStart)
-        vectors = weights if stored else {EVERY_KEY: weights}
+        vectors: Mapping[int, np.ndarray] | StoredStart
+        vectors = weights if isinstance(weights, StoredStart) else {EVERY_KEY: weights}
         params = with_shards(params, keys)
         with transfers.statement_vectors(backend, vectors, params) as params:
             groups = self.groups(keys, len(sessions))

@@ -9,7 +9,12 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+# What sys.excepthook holds (typeshed's signature).
+ExceptHook = Callable[[type[BaseException], BaseException, TracebackType | None], Any]
 
 
 def is_driver_error(error: BaseException | None) -> bool:
@@ -32,10 +37,13 @@ def is_driver_error(error: BaseException | None) -> bool:
 _copying = threading.local()  # .printed: the list a thread's running copy keeps reports in
 _hook_lock = threading.Lock()
 _hook_users = 0
-_hook_before = None  # the sys.excepthook that keep_driver_prints stands in front of
+# The sys.excepthook that keep_driver_prints stands in front of.
+_hook_before: ExceptHook | None = None
 
 
-def keep_driver_prints(kind, value, tb) -> None:
+def keep_driver_prints(
+    kind: type[BaseException], value: BaseException, tb: TracebackType | None
+) -> None:
     """The stand-in for ``sys.excepthook``: a report from a thread inside a COPY is kept for it,
     any other goes to the hook that was in place."""
     printed = getattr(_copying, "printed", None)
@@ -63,14 +71,17 @@ def driver_prints(printed: list[BaseException]) -> Iterator[None]:
         with _hook_lock:
             _hook_users -= 1
             if _hook_users == 0 and sys.excepthook is keep_driver_prints:
-                sys.excepthook, _hook_before = _hook_before, None
+                # None only if keep_driver_prints was installed by someone else: then the
+                # default hook, which is what keep_driver_prints itself falls back to.
+                sys.excepthook, _hook_before = _hook_before or sys.__excepthook__, None
 
 
 def server_error(printed: list[BaseException]) -> BaseException | None:
     """The first driver error in what psycopg2 printed (the server's, before libpq's own), taken
     out of ``printed`` so it is not printed as well."""
     for index, report in enumerate(printed):
-        seen, error = set(), report
+        seen: set[int] = set()
+        error: BaseException | None = report
         while error is not None and id(error) not in seen:
             if is_driver_error(error):
                 del printed[index]

@@ -110,7 +110,7 @@ def detected_engine(facts: ServerFacts) -> type[Backend]:
 def dispatch_names() -> tuple[str | None, ...]:
     """Every ``dispatch`` value some registered engine accepts (None: each engine's own)."""
     names = {name for e in _engines.values() for name in e.backend_class.dispatch_names()}
-    return (None, *sorted(names - {None}))
+    return (None, *sorted(name for name in names if name is not None))
 
 
 def error_place(text: str) -> tuple[ServerPlace | None, str]:

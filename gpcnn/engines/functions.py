@@ -191,7 +191,9 @@ def install_ddl(qschema: str, body_prefix: str, version: str) -> list[str]:
 
 def run_ddl(conn: sa.Connection, statement: str) -> None:
     """Run DDL text as is: no parameters, so psycopg2 leaves the ``%`` of Python bodies alone."""
-    with conn.connection.driver_connection.cursor() as cursor:
+    driver = conn.connection.driver_connection
+    assert driver is not None  # None only once the connection was closed or invalidated
+    with driver.cursor() as cursor:
         cursor.execute(statement)
 
 

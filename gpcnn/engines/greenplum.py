@@ -186,7 +186,7 @@ class GreenplumBackend(GreenplumCompiler, Backend):
 
     def default_segments(self) -> int:
         with self.engine.connect() as conn:
-            return int(conn.execute(sa.text(self.PRIMARIES_SQL)).scalar())
+            return int(conn.execute(sa.text(self.PRIMARIES_SQL)).scalar_one())
 
     def probe_segments(self, threads: int | None = None) -> list[dict]:
         with self.engine.connect() as conn:
@@ -220,7 +220,7 @@ class GreenplumBackend(GreenplumCompiler, Backend):
     def default_threads(self, segments: int) -> int:
         """The host's CPUs shared by the segments on it (the busiest host decides)."""
         with self.engine.connect() as conn:
-            per_host = conn.execute(sa.text(self.BUSIEST_HOST_SQL)).scalar()
+            per_host = conn.execute(sa.text(self.BUSIEST_HOST_SQL)).scalar_one()
         keys_per_host = max(1, round(segments * int(per_host) / self.default_segments()))
         cpus = int(self.probe_segments()[0]["cpu_count"] or 1)
         return max(1, cpus // keys_per_host)
@@ -252,6 +252,7 @@ def mirror_states(pairs, replication: dict[int, tuple] | str) -> list[dict]:
     (None where no primary reports one; a string where it could not be read)."""
     states = []
     for content, host, port, placed, m_host, m_port, m_status, m_mode in pairs:
+        stream: str | tuple | dict | None
         stream = replication if isinstance(replication, str) else replication.get(content)
         if isinstance(stream, tuple):
             state, sync_state, sync_error, lag = stream

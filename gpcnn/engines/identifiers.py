@@ -61,21 +61,26 @@ class TableName:
 
     def sql(self, backend: Quoting) -> str:
         """The name quoted for ``backend``, always with its schema (``qualified``)."""
-        name = self.qualified(backend)
-        return f"{backend.quote(name.schema)}.{backend.quote(name.name)}"
+        return f"{backend.quote(self._schema_for(backend))}.{backend.quote(self.name)}"
 
     def qualified(self, backend: Quoting) -> TableName:
         """The name with its schema: the user's default schema (``Backend.default_schema``) when
         it was given without one, as PostgreSQL would read it under the user's search path."""
         if self.schema is not None:
             return self
+        return TableName(self._schema_for(backend), self.name)
+
+    def _schema_for(self, backend: Quoting) -> str:
+        """The schema ``qualified`` gives the name."""
+        if self.schema is not None:
+            return self.schema
         schema = backend.default_schema
         if schema is None:
             raise TableError(
                 f"{self.name!r} names no schema, and your search_path holds no schema that "
                 "exists: write it as schema.table"
             )
-        return TableName(schema, self.name)
+        return schema
 
     def with_suffix(self, suffix: str) -> TableName:
         return TableName(self.schema, self.name + suffix)

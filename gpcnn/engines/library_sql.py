@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
+from typing import ClassVar
 
 import numpy as np
 import sqlalchemy as sa
@@ -87,7 +88,7 @@ class Library:
             write_chunks(self.conn, self.backend, table_sql, WEIGHTS_PREFIX, [((name,), weights)])
 
     # this role, in the statement itself (no round trip to ask who it is)
-    _me = sa.literal_column("CAST(CURRENT_USER AS text)")
+    _me: ClassVar[sa.ColumnClause[str]] = sa.literal_column("CAST(CURRENT_USER AS text)")
 
     def exists(self, name: str) -> bool:
         """Whether this role stores a model under ``name``."""

@@ -127,7 +127,7 @@ class PackingSource:
             f"SELECT array_agg(g.rank - 1 ORDER BY g.id) FROM (SELECT {self.id} AS id, "
             f"dense_rank() OVER (ORDER BY {by}) AS rank FROM {self.source}) g"
         )
-        return conn.execute(sa.text(sql)).scalar()
+        return conn.execute(sa.text(sql)).scalar_one()
 
     def fill(self, conn: sa.Connection, target_sql: str, params: dict) -> None:
         """Buffers into ``target``: the i-th image dealt is the row at ``:position[i]`` (0-based,

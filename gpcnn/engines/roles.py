@@ -64,7 +64,7 @@ def ensure_role(conn: sa.Connection, backend: Backend) -> str:
     role = role_name(backend.schema)
     if not role_exists(conn, role):
         conn.exec_driver_sql(f"CREATE ROLE {backend.quote(role)} NOLOGIN")
-    database = conn.execute(sa.select(sa.func.current_database())).scalar()
+    database = conn.execute(sa.select(sa.func.current_database())).scalar_one()
     staging = staging_schema(backend.schema)
     backend.ensure_schema(conn, staging)
     for statement in grant_ddl(backend, role, database):
@@ -140,7 +140,7 @@ def drop_role(conn: sa.Connection, backend: Backend) -> bool:
     role = role_name(backend.schema)
     if not role_exists(conn, role):
         return False
-    database = conn.execute(sa.select(sa.func.current_database())).scalar()
+    database = conn.execute(sa.select(sa.func.current_database())).scalar_one()
     try:
         with conn.begin_nested():
             conn.exec_driver_sql(

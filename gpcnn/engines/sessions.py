@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import DBAPIConnection
 
 from gpcnn.engines.copying import copy
 
@@ -103,7 +104,8 @@ class SessionPool:
     most recently given back are taken first, the oldest closed first."""
 
     def __init__(self) -> None:
-        self._idle: list[tuple[float, tuple, object]] = []  # (given back at, tag, connection)
+        # (given back at, tag, connection)
+        self._idle: list[tuple[float, tuple, DBAPIConnection]] = []
         self._lock = threading.Lock()
         self._timer: threading.Timer | None = None
 
@@ -154,7 +156,7 @@ class SessionPool:
         _close(closing)
 
 
-def _close(entries: list[tuple[float, tuple, object]]) -> None:
+def _close(entries: list[tuple[float, tuple, DBAPIConnection]]) -> None:
     for _, _, conn in entries:
         conn.close()
 
@@ -216,7 +218,7 @@ class SegmentSessions:
             cparams["options"] = f"{cparams['options']} {options}"
         try:
             while len(self._connections) < count:
-                conn = engine.dialect.dbapi.connect(*cargs, **cparams)
+                conn = engine.dialect.loaded_dbapi.connect(*cargs, **cparams)
                 conn.autocommit = True
                 with conn.cursor() as cursor:
                     for statement in settings:
@@ -278,7 +280,7 @@ class SegmentSessions:
         futures = [self._pool.submit(self._run, i, sql, p, binary) for i, p in enumerate(params)]
         try:
             wait(futures, return_when="FIRST_EXCEPTION")
-            failed = [f.exception() for f in futures if f.done() and f.exception() is not None]
+            failed = [e for f in futures if f.done() and (e := f.exception()) is not None]
             if failed:
                 # The cause first: not a statement cancelled or a session ended because of it.
                 ended = [e for e in failed if not getattr(e, "cancelled", False)]

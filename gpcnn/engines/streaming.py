@@ -120,15 +120,17 @@ class StreamingAverage:
         while (item := self._complete.get()) is not None:
             chunk, parts, counts = item
             try:
+                vector = self.vector
+                assert vector is not None  # made by the state each stream sends before its chunks
                 offset = chunk * self.chunk_values
                 for start in range(0, parts[0].size, AVERAGE_BLOCK_VALUES):
                     block = [part[start : start + AVERAGE_BLOCK_VALUES] for part in parts]
                     average = averaging.weighted_average(block, counts)
                     self._measure(offset + start, average)
-                    self.vector[offset + start : offset + start + average.size] = average
+                    vector[offset + start : offset + start + average.size] = average
                     self._averaged += average.size
                 if self._on_chunk is not None:
-                    self._on_chunk(chunk, self.vector[offset : offset + parts[0].size])
+                    self._on_chunk(chunk, vector[offset : offset + parts[0].size])
             except BaseException as e:  # reported by result()
                 self._error = e
 
@@ -153,15 +155,16 @@ class StreamingAverage:
                 f"results of keys {sorted(self._states)} came back for keys {sorted(self.keys)}, "
                 f"chunks {sorted(self._waiting)} incomplete"
             )
-        if self._averaged != self.vector.size:
-            raise ValueError(
-                f"{self._averaged} of the {self.vector.size} averaged values came back"
-            )
+        # The vector and the merged state come from the keys' states, all here (checked above);
+        # a fit always has keys.
+        vector = self.vector
+        assert vector is not None
+        if self._averaged != vector.size:
+            raise ValueError(f"{self._averaged} of the {vector.size} averaged values came back")
         state = None
         for key in self.keys:
             state = states.add_states(state, self._states[key])
+        assert state is not None
         merged = states.decode_state(state)
         step2 = None if self._reference is None else self._step2
-        return Trained(
-            states.final_metrics(merged), self.vector, None, segment_reports(merged), step2
-        )
+        return Trained(states.final_metrics(merged), vector, None, segment_reports(merged), step2)

@@ -6,6 +6,7 @@ wrote it owns the table, as ``pg_class`` says).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -73,7 +74,7 @@ class TableRecords:
             return rows[0] if rows else None
         return next((row for row in rows if row.created_by == owner), None)
 
-    def image_tables(self) -> list:
+    def image_tables(self) -> Sequence[sa.Row]:
         t = self.tables.image_tables
         if not shapes.exists(self.conn, self.backend, "image_tables"):
             return []

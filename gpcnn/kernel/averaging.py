@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 Vector = np.ndarray
 BLOCK_VALUES = 1 << 18  # averaged or compared at a time: the float64 temporaries stay small
@@ -21,7 +22,7 @@ def accumulate(weights: Vector, count: int) -> Vector:
     return np.asarray(weights, dtype=np.float64) * int(count)
 
 
-def finish(weight_sum: Vector, count: int) -> Vector:
+def finish(weight_sum: npt.ArrayLike, count: int) -> Vector:
     """w = S / n as float32; an empty total is an error."""
     if int(count) <= 0:
         raise ValueError("cannot average models that saw no images")

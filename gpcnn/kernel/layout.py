@@ -46,7 +46,7 @@ class Layout:
     def join(self, values: Mapping[str, np.ndarray | None]) -> np.ndarray:
         """The parts given (a None or missing part is empty) as one float32 vector, in order;
         the vector itself when it is the only part given, without a copy."""
-        given = [values[name] for name in self.names() if values.get(name) is not None]
+        given = [value for name in self.names() if (value := values.get(name)) is not None]
         if len(given) == 1:
             return np.asarray(given[0], dtype=np.float32)
         return np.asarray(np.concatenate(given), dtype=np.float32)

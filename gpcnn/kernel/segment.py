@@ -54,6 +54,7 @@ from .states import (
     outbox,
     pack,
     receive,
+    statement_transport,
     take_start,
     unpack,
 )
@@ -151,12 +152,15 @@ def _next_row(
     """(state, whether to process the row's buffer now). The segment's first buffer comes once
     per chunk of its start vector (joined to it, in chunk order): each row adds its chunk, and
     the buffer is processed with the last one."""
-    token = f"{options.transport.transfer}/{key}"
+    transport = statement_transport(options)
+    token = f"{transport.transfer}/{key}"
     header = new_state(token) if state is None else decode_state(state)
     if chunk is None:
         return header, True
+    if data is None:  # the chunk and its data come in the same row of the start's table
+        raise SegmentError(f"start chunk {chunk} arrived without its values")
     receive(header, int(chunk), data, options)
-    return header, header["received"] == options.transport.vector_size
+    return header, header["received"] == transport.vector_size
 
 
 def train_transition(

@@ -10,7 +10,7 @@ from .segment_errors import SegmentError
 # A SQL array's in-memory form (PostgreSQL's ArrayType less its length word), as ``array_bytes``
 # gives it: ndim, the offset of the data (0: no NULL elements), the element type's oid, the
 # dimensions and lower bounds, padding to 8 bytes, then the numbers in the server's byte order.
-ARRAY_DTYPES = {
+ARRAY_DTYPES: dict[int, np.dtype] = {
     21: np.dtype("=i2"),
     23: np.dtype("=i4"),
     700: np.dtype("=f4"),

@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import json
 import struct
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
 
 from . import wire
-from .protocol import SegmentOptions
+from .protocol import SegmentOptions, Transport
 from .segment_errors import SegmentError
+
+if TYPE_CHECKING:  # for the annotation only: local_steps loads Keras
+    from .local_steps import LocalSteps
 
 STATE_MAGIC = b"GPCS"
 RESULT_MAGIC = b"GPCR"
@@ -27,7 +31,7 @@ RESULT_MAGIC = b"GPCR"
 _inbox: dict[str, np.ndarray] = {}
 outbox: dict[str, np.ndarray] = {}  # a trained vector per token, for ``state_chunks``
 # A segment's ``local_steps.LocalSteps`` per token, from its first buffer to its last.
-hooks: dict[str, object] = {}
+hooks: dict[str, LocalSteps] = {}
 # A segment's start weights per token, until its last buffer measures its step against them.
 begun: dict[str, np.ndarray] = {}
 
@@ -58,9 +62,16 @@ def new_state(token: str) -> dict:
     return {"count": 0, "sums": {}, "token": token, "received": 0, "chunks": 0, "started": False}
 
 
+def statement_transport(options: SegmentOptions) -> Transport:
+    """The transport that the options of every statement moving vectors carry."""
+    if options.transport is None:
+        raise SegmentError("the segment options name no transport for the statement's vectors")
+    return options.transport
+
+
 def receive(state: dict, chunk: int, data: bytes, options: SegmentOptions) -> None:
     """Copy one chunk of the start vector into this statement's buffer, in chunk order."""
-    token, size = state["token"], options.transport.vector_size
+    token, size = state["token"], statement_transport(options).vector_size
     if chunk != state["chunks"]:
         raise SegmentError(f"start chunk {chunk} arrived, chunk {state['chunks']} was expected")
     if state["chunks"] == 0:
@@ -84,7 +95,7 @@ def _forget_other_statements(token: str) -> None:
 
 
 def take_start(state: dict, options: SegmentOptions, key: int) -> np.ndarray:
-    size = options.transport.vector_size
+    size = statement_transport(options).vector_size
     if state["received"] != size or state["token"] not in _inbox:
         raise SegmentError(
             f"segment {key} received {state['received']} of the {size} start values before its "
@@ -101,10 +112,11 @@ def state_chunks(state: bytes | None, chunk_values: int):
     if state is None:
         return
     header = decode_state(state)
-    vector = outbox.pop(header.get("token"), None)
+    token = header.get("token")
+    vector = None if token is None else outbox.pop(token, None)
     if vector is None:
         raise SegmentError(
-            f"the trained vector {header.get('token')} is not in this process: the query plan "
+            f"the trained vector {token} is not in this process: the query plan "
             "moved the aggregate's result away from the segment that computed it"
         )
     count = header["count"]
@@ -144,7 +156,12 @@ def segment_records(state: dict) -> list[dict]:
     return [{name: state[name] for name in names}]
 
 
-def add_states(a: bytes | None, b: bytes | None) -> bytes | None:
+# ``a`` may be a chunk state's payload, a view (``merging``); given ``b``, the sum is bytes.
+@overload
+def add_states(a: bytes | memoryview | None, b: bytes) -> bytes: ...
+@overload
+def add_states(a: bytes | None, b: bytes | None) -> bytes | None: ...
+def add_states(a: bytes | memoryview | None, b: bytes | None) -> bytes | memoryview | None:
     """Two small states added: image counts and loss/metric sums (vectors merge by chunk), and
     the finished segments' records side by side."""
     if a is None:
