@@ -70,6 +70,7 @@ def measure_skew(database: Database | str | None, table) -> ImageTable:
     with db.begin() as conn:
         db.backend.lock_name(conn, str(info.table))
         found = measured(conn, db.backend, info.table, info.keys, info.num_classes)
+        assert info.table.schema is not None  # describe gives the name with its schema
         TableRecords(conn, db.backend).update_image_table(info.table.schema, info.table.name, found)
     return describe(db, info.table)
 

@@ -185,6 +185,7 @@ def check_target(conn, backend, name: TableName, replace: bool) -> bool:
     owner = relation_owner(conn, name)
     if owner is None:
         return False
+    assert name.schema is not None  # callers pass the name with its schema (resolved_name)
     if not made_by_gpcnn(TableRecords(conn, backend).image_table(name.schema, name.name), owner):
         raise TableError(not_gpcnns(name, "an image table"))
     if not replace:

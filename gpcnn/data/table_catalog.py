@@ -142,6 +142,7 @@ def _entry(conn: Connection, backend, name: TableName):
     """The name with its schema, its catalog row (None if none, or if the table is there but not
     the one the row describes: ``made_by_gpcnn``) and whether the table exists."""
     name = resolved_name(backend, name)
+    assert name.schema is not None  # qualified by resolved_name
     row = TableRecords(conn, backend).image_table(name.schema, name.name)
     owner = relation_owner(conn, name)
     if owner is not None and not made_by_gpcnn(row, owner):
@@ -219,7 +220,7 @@ def list_tables(database: Database | str | None = None) -> list[ImageTable]:
             name = TableName(row.table_schema, row.table_name)
             owner = relation_owner(conn, name)
             if owner is None:
-                TableRecords(conn, backend).delete_image_table(name.schema, name.name)
+                TableRecords(conn, backend).delete_image_table(row.table_schema, row.table_name)
             elif made_by_gpcnn(row, owner):
                 found.append(_from_row(name, row))
     return found

@@ -249,7 +249,7 @@ class Backend(Compiler):
     def per_segment_sessions(self) -> bool:
         return self.dispatcher.per_segment_sessions
 
-    def open_sessions(self, segments: int, threads: int = 0) -> SegmentSessions:
+    def open_sessions(self, segments: int, threads: int | None = 0) -> SegmentSessions:
         """Sessions for the iterations of a fit of ``segments`` keys whose segment processes run
         ``threads`` TF threads: one per segment, or one for all (``"statement"``)."""
         return SegmentSessions(

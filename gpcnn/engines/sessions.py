@@ -205,7 +205,7 @@ class SegmentSessions:
         engine: sa.Engine,
         count: int,
         settings: Sequence[str] = (),
-        threads: int = 0,
+        threads: int | None = 0,
         options: str = "",
     ) -> None:
         idle_timeout()  # a bad $GPCNN_IDLE_SESSION_TIMEOUT fails here, not after the work

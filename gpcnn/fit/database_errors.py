@@ -79,6 +79,7 @@ def database_call(what: str, call, *args, **kwargs):
     except SessionError as e:
         raise failure(what, e.error, e.params.get("group"), e.pid, e.lost, e.warning) from None
     except DatabaseError as e:
+        assert e.orig is not None  # the driver's error, which SQLAlchemy's wraps
         raise failure(what, e.orig, lost=bool(e.connection_invalidated)) from None
     except Exception as e:
         if type(e).__module__.startswith("psycopg2"):

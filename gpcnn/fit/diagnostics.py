@@ -90,7 +90,7 @@ class Diagnostics:
         """Spread / merged step: how far apart the segments went for each unit the merge moved."""
         if self.spread2 is None or not self.merged_step2:
             return None
-        return self.spread / self.merged_step
+        return math.sqrt(self.spread2) / math.sqrt(self.merged_step2)  # spread / merged_step
 
     def row(self) -> dict:
         """The history row's part: ``spread``, ``merged_step``, ``drift_ratio`` (where measured)

@@ -9,7 +9,7 @@ start weights or the stored run, and iterates until ``total`` or a callback's ``
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,9 @@ class HeldSessions:
         self.sessions: SegmentSessions | None = None
 
     @contextlib.contextmanager
-    def __call__(self, db: Database, segments: int, threads: int) -> Iterator[SegmentSessions]:
+    def __call__(
+        self, db: Database, segments: int, threads: int | None
+    ) -> Iterator[SegmentSessions]:
         if self.sessions is not None:
             yield self.sessions
             return
@@ -133,6 +135,7 @@ def run(
                 runs.set_status(db, plan.run_id, "running")
             else:
                 weights, start.weights = start.weights, None
+                assert weights is not None  # a new run starts from weights, a resumed one stored
                 training.start(weights)
                 del weights  # the rule keeps them, and replaces them at the first merge
             wire.set_model_weights(model, plan.rule.model())
@@ -167,7 +170,7 @@ class LearningRates:
     ``LearningRateSchedule`` (the batches the busiest segment trained so far), so the schedule
     continues across merges, or the rate that callbacks may have changed on the model."""
 
-    def __init__(self, model: Any, batch_size: int, epochs: int, slices: Sequence[Slice]) -> None:
+    def __init__(self, model: Any, batch_size: int, epochs: int, slices: Iterable[Slice]) -> None:
         keras = keras_module()
         self.model = model
         rate = getattr(model.optimizer, "_learning_rate", None)

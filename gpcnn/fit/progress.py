@@ -6,13 +6,18 @@ starts: it imports Keras."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from gpcnn.fit.forecast.early_warning import EARLY_EPOCHS, forecast_gap
 from gpcnn.kernel.keras_setup import keras_module
 
 PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
 LOG = logging.getLogger("gpcnn")
-Callback = keras_module().callbacks.Callback
+if TYPE_CHECKING:  # the same class; at run time it comes after keras_module's settings
+    from keras.callbacks import Callback
+    from tqdm.auto import tqdm
+else:
+    Callback = keras_module().callbacks.Callback
 
 
 def shown(logs: dict) -> dict:
@@ -28,6 +33,7 @@ class LogLines(Callback):
         self.run_id, self.total = run_id, total
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        assert logs is not None  # Keras's CallbackList passes a dict
         LOG.info("run %s iteration %d/%d: %s", self.run_id, epoch + 1, self.total, shown(logs))
 
 
@@ -59,7 +65,7 @@ class ProgressBar(Callback):
     def __init__(self, run_id: int, first: int, total: int) -> None:
         super().__init__()
         self.run_id, self.first, self.total = run_id, first, total
-        self.bar = None
+        self.bar: tqdm | None = None
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         from tqdm.auto import tqdm
@@ -67,6 +73,8 @@ class ProgressBar(Callback):
         self.bar = tqdm(total=self.total - self.first + 1, desc=f"run {self.run_id}", unit="it")
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        # on_train_begin made the bar; Keras's CallbackList passes a dict
+        assert self.bar is not None and logs is not None
         self.bar.update(1)
         self.bar.set_postfix(shown(logs))
 
@@ -83,6 +91,7 @@ class IterationLines(Callback):
         self.total = total
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        assert logs is not None  # Keras's CallbackList passes a dict
         values = " - ".join(f"{k}: {v}" for k, v in shown(logs).items())
         print(f"Iteration {epoch + 1}/{self.total} - {logs['seconds']:.1f}s - {values}")
 

@@ -194,7 +194,10 @@ def show_run(database: Database | str | None, run_id: int) -> dict:
         raise ValueError(f"no run {run_id} in {db.schema}.runs")
     with db.connect() as conn:
         catalog = Catalog(conn, db.backend)
-        params = catalog.run(run_id).params
+        run = catalog.run(run_id)
+        if run is None:  # deleted since list_runs found it
+            raise ValueError(f"no run {run_id} in {db.schema}.runs")
+        params = run.params
         history = catalog.iterations(run_id)
         parts = catalog.stored_parts(run_id)
     stored = {

@@ -4,7 +4,7 @@ schedule of merges per epoch (``Slice``, ``Schedule``, ``plan_slices``)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,7 +46,7 @@ class Schedule:
         m = self.counts[-1]
         return self.cuts[m][i % m], (epoch + (i + 1) / m) * self.epochs
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Slice]:
         return (part for cut in self.cuts.values() for part in cut)
 
 

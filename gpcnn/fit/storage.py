@@ -83,6 +83,7 @@ class CheckpointStream:
 
     def finish(self) -> None:
         """Wait for the COPY and its commit; its error, if any, is raised here."""
+        assert self._writer is not None  # finished only once started (the fit checks ``started``)
         self._chunks.put(self._END)
         self._writer.join()
         if self._error is not None:

@@ -105,7 +105,9 @@ class Training:
         optimizer state when one is sent, then the extras of the rule's local steps; one vector
         for all keys (``EVERY_KEY``) unless each has its own."""
         if not self.own_starts:
-            sent = {WEIGHTS: self.rule.sent(self.info.keys), OPTIMIZER: self.shared_optimizer}
+            weights = self.rule.sent(self.info.keys)
+            assert not isinstance(weights, dict)  # only a per_segment rule sends one per key
+            sent = {WEIGHTS: weights, OPTIMIZER: self.shared_optimizer}
             return {EVERY_KEY: self.start_layout.join(sent)}
         return {
             key: self.start_layout.join(
@@ -162,6 +164,7 @@ class Training:
         merged_in_db = not (self.rule.needs_segments or self.policy == "local")
         # The merge's step is measured against the start's weights (``Diagnostics``).
         reference = self.rule.sent(self.info.keys) if merged_in_db else None
+        assert not isinstance(reference, dict)  # only a per_segment rule sends one per key
         overlapped = self._next_start_if_stored(iteration) is None
         # The checkpoint that is the average alone is written as the average arrives.
         streamed = (
@@ -283,6 +286,7 @@ class Training:
             return {}
         row = {f"val_{k}": v for k, v in values.items() if k != "images"}
         if self.rule.validates_segments:
+            assert segments is not None  # such a rule needs each segment's model back
             # K workers that never merge: their own curves, their mean, and the one-shot average.
             per_key = {
                 k: self.validation.evaluate(self.sessions, w, None, iteration)

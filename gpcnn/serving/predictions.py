@@ -128,6 +128,7 @@ def _write(db, sessions, info, output, pred_type, top_k, params, replace) -> Tab
             if exists:
                 conn.exec_driver_sql(backend.drop_ddl(name))
             conn.exec_driver_sql(backend.rename_table_ddl(staging, name))
+            assert name.schema is not None  # qualified by resolved_name
             TableRecords(conn, backend).write_prediction_table(
                 name.schema, name.name, str(info.table)
             )
@@ -146,6 +147,7 @@ def _check_target(conn, db: Database, name: TableName, replace: bool) -> bool:
     owner = relation_owner(conn, name)
     if owner is None:
         return False
+    assert name.schema is not None  # _write passes the name with its schema (resolved_name)
     catalog = TableRecords(conn, backend)
     if made_by_gpcnn(catalog.image_table(name.schema, name.name), owner):
         raise TableError(f"{name} is an image table: predictions never overwrite one")

@@ -71,8 +71,8 @@ def forecast_gap(history: Sequence[dict], epochs: float = EARLY_EPOCHS) -> GapFo
     early = [row for row in history if row["epoch"] <= epochs]
     if not history or history[-1]["epoch"] < epochs or not early:
         return None
-    ratios = [row.get("drift_ratio") for row in early]
-    if any(r is None for r in ratios):
+    ratios = [r for row in early if (r := row.get("drift_ratio")) is not None]
+    if len(ratios) < len(early):
         return None
     drift = statistics.fmean(ratios)
     return GapForecast(epochs, drift, line_gap(drift))

@@ -33,9 +33,11 @@ class BlockMomentum(MergeRule):
 
     def start(self, weights, keys) -> None:
         super().start(weights, keys)
+        assert self.center is not None  # set by MergeRule.start
         self.delta = np.zeros_like(self.center)
 
     def sent(self, keys) -> Vector:
+        assert self.center is not None and self.delta is not None  # set by start or restore
         if not self.nesterov:
             return self.center
         return np.where(self.trainable, self.center + self.eta * self.delta, self.center).astype(
@@ -47,12 +49,13 @@ class BlockMomentum(MergeRule):
 
     def update(self, average, segments, counts, **extras) -> None:
         step = np.asarray(average, np.float64) - self.sent(())  # G = avg - w_sent
+        assert self.center is not None and self.delta is not None  # checked by sent
         self.delta = (self.eta * self.delta + self.zeta * step).astype(np.float32)
         self.delta[~self.trainable] = 0
         moved = self.center + self.delta
         self.center = np.where(self.trainable, moved, average).astype(np.float32)
 
-    def state(self) -> Vector:
+    def state(self) -> Vector | None:
         return self.delta
 
     def restore(self, model, state, segments) -> None:

@@ -34,6 +34,7 @@ class ElasticAveraging(SegmentModels):
         }
 
     def update(self, average, segments, counts, **extras) -> None:
+        assert self.center is not None  # set by start or restore
         old_center = self.center.astype(np.float64)
         pull = sum(np.asarray(x, np.float64) - old_center for x in segments.values())
         center = old_center + self.alpha * pull

@@ -37,6 +37,7 @@ class FedAdam(MergeRule):
 
     def start(self, weights, keys) -> None:
         super().start(weights, keys)
+        assert self.center is not None  # set by MergeRule.start
         size = self.center.size
         self.moments = np.concatenate(
             [np.zeros(size, np.float32), np.full(size, self.tau**2, np.float32)]
@@ -46,6 +47,7 @@ class FedAdam(MergeRule):
         return self.beta2 * v + (1 - self.beta2) * g2
 
     def update(self, average, segments, counts, **extras) -> None:
+        assert self.center is not None and self.moments is not None  # set by start or restore
         g = np.asarray(average, np.float64) - self.center
         m, v = np.split(self.moments.astype(np.float64), 2)
         m = self.beta1 * m + (1 - self.beta1) * g
@@ -55,7 +57,7 @@ class FedAdam(MergeRule):
         moved = self.center + self.server_lr * m / (np.sqrt(v) + self.tau)
         self.center = trainable_step(self, moved, average)
 
-    def state(self) -> Vector:
+    def state(self) -> Vector | None:
         """m, then v: two model-sized vectors."""
         return self.moments
 

@@ -67,6 +67,7 @@ class FedNova(MergeRule):
         return {k: normalizer(n, rho, nesterov) for k, n in self.steps.items()}
 
     def update(self, average, segments, counts, **extras) -> None:
+        assert self.center is not None  # set by start or restore
         a = self.normalizers()
         total = sum(int(counts[k]) for k in segments)
         start = self.center.astype(np.float64)

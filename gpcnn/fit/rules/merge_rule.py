@@ -115,6 +115,7 @@ class MergeRule:
         self.center = np.asarray(weights, dtype=np.float32)
 
     def sent(self, keys: Sequence[int]) -> Vector | dict[int, Vector]:
+        assert self.center is not None  # set by start or restore
         return self.center
 
     def start_extras(self, key: int) -> dict[str, Vector]:
@@ -155,6 +156,7 @@ class MergeRule:
         self.center = np.asarray(average, dtype=np.float32)
 
     def model(self) -> Vector:
+        assert self.center is not None  # set by start or restore
         return self.center
 
     def sends_model(self) -> bool:
@@ -199,6 +201,7 @@ class SegmentModels(MergeRule):
 
     def start(self, weights, keys) -> None:
         super().start(weights, keys)
+        assert self.center is not None  # set by MergeRule.start
         self.locals_ = {k: self.center.copy() for k in keys}
 
     def sent(self, keys) -> dict[int, Vector]:

@@ -69,7 +69,7 @@ def unregister_rule(name: str) -> type[MergeRule]:
 
 def state_layout(name: str | None) -> str | None:
     """What rule ``name``'s stored state holds, in words (None: no state, or no such rule)."""
-    rule = RULES.get(name)
+    rule = None if name is None else RULES.get(name)
     return None if rule is None else rule.state_layout
 
 
@@ -92,9 +92,9 @@ def _checked(
         if not isinstance(value, bool | np.bool_):
             raise ValueError(f"{head} is not a bool: {option} must be True or False")
         return bool(value)
-    real = isinstance(value, numbers.Real) and not isinstance(value, bool | np.bool_)
+    real = None if isinstance(value, bool | np.bool_) else value  # a bool is no number here
     try:
-        number = float(value) if real else math.nan
+        number = float(real) if isinstance(real, numbers.Real) else math.nan
     except OverflowError:  # an int beyond any float: never in a range of floats
         raise ValueError(
             f"{head} is too large for a float: {option} must be {range_.allowed}"
@@ -150,7 +150,8 @@ def make_rule(
     options = check_options(name, options, segments)
     rule = RULES[name](trainable=np.asarray(trainable, bool), **options)
     if statistics is not None:
-        rule.statistics = tuple(np.asarray(s, np.int64) for s in statistics)
+        means, variances = statistics
+        rule.statistics = (np.asarray(means, np.int64), np.asarray(variances, np.int64))
     if rule.batchnorm_statistics == POOLED and not rule.statistics[0].size:
         raise ValueError(
             f'merge="{name}": batchnorm_statistics="{POOLED}", but the model has no '

@@ -34,17 +34,24 @@ class Scaffold(MergeRule):
 
     def start(self, weights, keys) -> None:
         super().start(weights, keys)
+        assert self.center is not None  # set by MergeRule.start
         self.control = np.zeros_like(self.center)
         self.controls = {k: np.zeros_like(self.center) for k in sorted(keys)}
 
     def correction(self, key: int) -> Vector:
         """c - c_i: what segment ``key`` subtracts, times the learning rate, after every batch."""
+        assert self.control is not None  # set by start or restore
         return (self.control - self.controls[key]).astype(np.float32)
 
     def start_extras(self, key: int) -> dict[str, Vector]:
         return {"correction": self.correction(key)}
 
-    def update(self, average, segments, counts, *, controls: Mapping[int, Vector]) -> None:
+    def update(self, average, segments, counts, **extras: Mapping[int, Vector]) -> None:
+        # MergeRule's signature takes any extras; this rule takes the one its hook gives back.
+        self._update(average, segments, counts, **extras)
+
+    def _update(self, average, segments, counts, *, controls: Mapping[int, Vector]) -> None:
+        assert self.center is not None and self.control is not None  # set by start or restore
         total = sum(counts.values())
         change = sum(
             counts[k] * (np.asarray(c, np.float64) - self.controls[k]) for k, c in controls.items()
