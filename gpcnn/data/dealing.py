@@ -78,7 +78,8 @@ def plan_buffers(
         raise TableError(f"{n_images} images cannot fill {len(keys)} segments (one image each)")
     if counts is None:
         counts = [len(s) for s in np.array_split(np.arange(n_images), len(keys))]
-    buffers, start = [], 0
+    buffers: list[Buffer] = []
+    start = 0
     for key, count in zip(keys, counts, strict=True):
         for piece in np.array_split(np.arange(count), math.ceil(count / buffer_size)):
             buffers.append(Buffer(key, len(buffers), start, start + len(piece)))

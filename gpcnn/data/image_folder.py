@@ -4,7 +4,7 @@ decoded only batch by batch (``ImageFolder``, an image source), for folders too 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -210,7 +210,8 @@ def _image_size(size: object) -> tuple[int, int]:
     """Check that size is (H, W): two positive integers."""
     if (
         isinstance(size, str | bytes)
-        or not hasattr(size, "__len__")
+        or not isinstance(size, Iterable)
+        or not isinstance(size, Sized)
         or len(size) != 2
         or not all(
             isinstance(side, int | np.integer) and not isinstance(side, bool) and side > 0
@@ -218,7 +219,8 @@ def _image_size(size: object) -> tuple[int, int]:
         )
     ):
         raise DatasetError(f"size must be (height, width), two positive integers, not {size!r}")
-    return int(size[0]), int(size[1])
+    height, width = size
+    return int(height), int(width)
 
 
 def _visible(entries: Iterator[Path]) -> list[Path]:

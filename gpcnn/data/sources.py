@@ -67,6 +67,7 @@ class ImageSource(ABC):
     @property
     def num_classes(self) -> int:
         """The number of classes: one per class name."""
+        assert self.class_names is not None  # a source without names gives num_classes itself
         return len(self.class_names)
 
     @property

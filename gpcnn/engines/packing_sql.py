@@ -56,9 +56,9 @@ class PackingSource:
     def _length(self) -> str:
         return f"cardinality({self.x})" if self.is_array else f"octet_length({self.x})"
 
-    def summary(self, conn: sa.Connection) -> tuple[int, int, int, object, object]:
-        """(rows, distinct ids, NULL ids, the smallest id of a NULL image, of a NULL label),
-        in one scan."""
+    def summary(self, conn: sa.Connection) -> tuple[int, int, int, int | None, int | None]:
+        """(rows, distinct ids, NULL ids, the smallest id of a NULL image, of a NULL label: None
+        when none is), in one scan."""
         sql = (
             f"SELECT count(*), count(DISTINCT {self.id}), count(*) - count({self.id}), "
             f"min({self.id}) FILTER (WHERE {self.x} IS NULL), "

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,10 +16,25 @@ from gpcnn.data import array_checks, pixels, staging
 from gpcnn.engines import Database
 from gpcnn.fit.validation import is_table
 
+if TYPE_CHECKING:
+    from keras import Model  # Keras and scikit-learn ship no types: both stand for Any here
+    from sklearn.utils import Tags
+
+    from gpcnn.data.tables import ImageTable
+
 
 class ArrayFitting:
     """The arrays of a fit: checked, given classes, staged (their classes and rows' width then
     wait in ``_arrays_fitted`` until ``_adopt`` makes them ``classes_`` and ``n_features_in_``)."""
+
+    if TYPE_CHECKING:  # what the estimator (``GreenplumCNN``) gives its mixin
+        seed: int | None
+        model_: Model  # once fitted
+        classes_: np.ndarray
+
+        def _model(self, info: ImageTable | None = None) -> Any: ...
+
+        def __sklearn_tags__(self) -> Tags: ...
 
     def _checked_input(self, X, y, *, at_least_two: bool):
         """A table as it is (``_training_table`` checks its y), arrays through

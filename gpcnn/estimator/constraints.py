@@ -8,10 +8,12 @@ from __future__ import annotations
 import numbers
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final, Literal
 
 import numpy as np
 
-NO_VALIDATION = "no_validation"  # scikit-learn's word for a parameter checked elsewhere
+NO_VALIDATION: Final = "no_validation"  # scikit-learn's word for a parameter checked elsewhere
+NoValidation = Literal["no_validation"]
 
 
 @dataclass(frozen=True)
@@ -23,8 +25,9 @@ class Integers:
     words: str = "a positive integer"
 
     def holds(self, value: object) -> bool:
-        integral = isinstance(value, numbers.Integral) and not isinstance(value, bool | np.bool_)
-        return integral and value >= self.low
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Integral):
+            return False
+        return int(value) >= self.low
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def described(constraint: Constraint) -> str:
     return str(constraint) if isinstance(constraint, Options) else constraint.words
 
 
-def validate(constraints: Mapping[str, list[Constraint] | str], params: Mapping) -> None:
+def validate(constraints: Mapping[str, list[Constraint] | NoValidation], params: Mapping) -> None:
     """Refuse the first parameter whose value meets none of its constraints.
 
     Parameters

@@ -388,9 +388,10 @@ class GreenplumCNN(TableFitting, ArrayFitting, Predicting, Saving, ClassifierMix
 
 
 # The rules as registered when the estimator is imported (``gpcnn.fit.rules.RULES``).
-GreenplumCNN.__doc__ = GreenplumCNN.__doc__.replace(
-    "{RULES}", "{" + ", ".join(f'"{name}"' for name in rules.RULES) + "}"
-)
+if GreenplumCNN.__doc__ is not None:  # None under python -OO
+    GreenplumCNN.__doc__ = GreenplumCNN.__doc__.replace(
+        "{RULES}", "{" + ", ".join(f'"{name}"' for name in rules.RULES) + "}"
+    )
 
 
 __all__ = ["OPTIMIZER_STATES", "GreenplumCNN", "TrainingError"]

@@ -16,6 +16,7 @@ from gpcnn.estimator.constraints import (
     Constraint,
     Integers,
     Lists,
+    NoValidation,
     Options,
     validate,
 )
@@ -29,7 +30,7 @@ POSITIVE = Integers(low=1)
 # parameters marked NO_VALIDATION are checked where they are used (the model, the optimizer and
 # loss by Keras and the config check, the table names by the table layer, the rule's options by
 # the rule).
-PARAMETER_CONSTRAINTS: dict[str, list[Constraint] | str] = {
+PARAMETER_CONSTRAINTS: dict[str, list[Constraint] | NoValidation] = {
     "model": NO_VALIDATION,
     "merge": [Options(lambda: rules.RULES)],
     "merge_options": NO_VALIDATION,

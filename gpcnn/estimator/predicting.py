@@ -6,12 +6,14 @@ and locally for arrays. ``Predicting`` is a mixin of the estimator: it reads ``m
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import numpy as np
 from sklearn.exceptions import NotFittedError
 
 from gpcnn.data import array_checks, pixels
 from gpcnn.data.tables import ImageTable, describe
+from gpcnn.engines import Database
 from gpcnn.fit import loop
 from gpcnn.fit.validation import (
     check_model_fits,
@@ -24,9 +26,24 @@ from gpcnn.kernel import wire
 from gpcnn.kernel.protocol import SegmentOptions
 from gpcnn.serving.predictions import probabilities, write_predictions
 
+if TYPE_CHECKING:  # neither ships types: both stand for Any here
+    from keras import Model
+    from sklearn.utils import Tags
+
 
 class Predicting:
     """``predict``, ``predict_proba``, ``evaluate`` and ``score`` of a fitted estimator."""
+
+    if TYPE_CHECKING:  # what the estimator (``GreenplumCNN``) gives its mixin; set by the fit
+        model_: Model
+        classes_: np.ndarray
+        segments_: int
+        _model_json: str
+        _options: SegmentOptions
+
+        def _db(self) -> Database: ...
+
+        def __sklearn_tags__(self) -> Tags: ...
 
     def _require_fitted(self) -> None:
         if not hasattr(self, "model_"):

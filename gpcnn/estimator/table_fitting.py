@@ -31,7 +31,7 @@ class TableFitting:
     def _drop_fitted_models(self) -> None:
         """Free a previous fit's local model before building a new one: a refit would otherwise
         hold two at its peak. Keras models are cycles, so only a collection frees them."""
-        if vars(self).pop("model_", None) is not None:
+        if self.__dict__.pop("model_", None) is not None:
             gc.collect()
 
     def _validation_of(self, validation_data):
@@ -124,10 +124,10 @@ class TableFitting:
         self.history_ = history
         self.run_id_ = run_id
         self.segments_ = info.segments
-        fitted = vars(self).pop("_arrays_fitted", None)
+        fitted = self.__dict__.pop("_arrays_fitted", None)
         self.classes_ = np.arange(info.num_classes) if fitted is None else fitted[0]
         self.class_names_ = info.class_names
-        vars(self).pop("n_features_in_", None)
+        self.__dict__.pop("n_features_in_", None)
         if fitted is not None and fitted[1] is not None:
             self.n_features_in_ = fitted[1]
         self._model_json, self._options = model_json, options

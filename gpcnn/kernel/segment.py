@@ -31,6 +31,7 @@ import json
 import math
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -108,7 +109,7 @@ def to_model_input(images: np.ndarray) -> np.ndarray:
     return np.asarray(images, dtype=np.float32) / np.float32(255.0)
 
 
-def decode_images(data: bytes | memoryview, n: int, image_shape: list[int]) -> np.ndarray:
+def decode_images(data: bytes | memoryview, n: int, image_shape: Sequence[int]) -> np.ndarray:
     """The pixels of one buffer, shaped (n, *image_shape): uint8 images, or float32 feature rows
     (a buffer of 4 bytes per value). The shape is the model's input, of as many values as the
     table's items: the in-database reshape of flat rows."""

@@ -23,6 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TypedDict
 
 from gpcnn.data import by_name
 from gpcnn.data.dealing import check_shared_sample
@@ -95,7 +96,7 @@ def plan(
     specs = []
     for seed in seeds:
         for schedule in schedules:
-            frequency = {
+            frequency: _Frequency = {
                 "merges_per_epoch": schedule[-1],
                 "iterations": merges_in(schedule, epochs),
                 "early_merges": schedule[:-1],
@@ -128,6 +129,14 @@ def plan(
                             )
                         )
     return list(dict.fromkeys(specs))
+
+
+class _Frequency(TypedDict):
+    """A spec's merge frequency (``RunSpec``'s fields of it)."""
+
+    merges_per_epoch: int
+    iterations: int
+    early_merges: tuple[int, ...]
 
 
 def _schedule(merges: int | Sequence[int]) -> tuple[int, ...]:
@@ -213,6 +222,7 @@ def run_one(
         return json.loads(done.read_text())["history"]
     done.parent.mkdir(parents=True, exist_ok=True)
     if spec.from_table:
+        assert source is not None  # a spec from_table comes with its table
         train, test = own_data.packed_copies(db, source, spec)
     else:
         train, test = _tables(db, spec, path, {} if data_cache is None else data_cache)

@@ -193,6 +193,12 @@ def _report(runs, configurations: dict[str, str], histories, target: float | Non
         found = (report.at_epoch(h, epoch, "val_accuracy") for h in histories[method, name])
         return [v for v in found if v is not None]
 
+    def accuracy(history: list[dict], epoch: float) -> float:
+        """A finished run's validation accuracy at ``epoch``: the runs validate every epoch."""
+        value = report.at_epoch(history, epoch, "val_accuracy")
+        assert value is not None
+        return value
+
     lines = [
         f"# Part h: MOP against the merge ({first.dataset}, {first.model}, K = {first.segments})",
         "",
@@ -237,10 +243,7 @@ def _report(runs, configurations: dict[str, str], histories, target: float | Non
         configurations,
         methods,
         lambda m, name: report.cell(
-            [
-                sum(report.at_epoch(h, e, "val_accuracy") for e in window) / len(window)
-                for h in histories[m, name]
-            ]
+            [sum(accuracy(h, e) for e in window) / len(window) for h in histories[m, name]]
         ),
     )
     lines += ["", "| method | best configuration | its accuracy | selection wall s |"]

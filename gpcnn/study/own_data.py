@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from gpcnn.data.packing import pack_table
 from gpcnn.data.tables import TableError, TableName, describe, drop_table, resolved_name
@@ -141,6 +141,17 @@ def copy_name(schema: str, source: str, spec: RunSpec, split: str) -> str:
     return f"{schema}_images.{base}{suffix}"
 
 
+class _PackColumns(TypedDict):
+    """The arguments of ``pack_table`` that the train and test copies share."""
+
+    x_column: str
+    y_column: str
+    id_column: str
+    shape: tuple[int, ...] | None
+    normalized: bool
+    replace: bool
+
+
 def packed_copies(db: Database, source: SourceTable, spec: RunSpec) -> tuple[str, str]:
     """(train, validation) image tables for ``spec``: the source packed to K segments from the
     run's seed, IID or by ``spec.distribute_by`` (its images of a stored model's input shape;
@@ -149,7 +160,7 @@ def packed_copies(db: Database, source: SourceTable, spec: RunSpec) -> tuple[str
     itself)."""
     train = copy_name(db.schema, source.table, spec, "train")
     shape = model_library.load_model(db, spec.model).input_shape[1:] if spec.library_model else None
-    common = {
+    common: _PackColumns = {
         "x_column": source.x_column,
         "y_column": source.y_column,
         "id_column": source.id_column,

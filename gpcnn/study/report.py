@@ -180,10 +180,11 @@ def report(
     lines += _gaps(grouped, epochs)
     if target is not None:
         lines += _targets(grouped, target, seconds or {})
+    measured = segments or {}
     skewed = {
-        name: segments[name]
+        name: measured[name]
         for name, histories in grouped.items()
-        if histories[0][0].get("skew") is not None and name in (segments or {})
+        if histories[0][0].get("skew") is not None and name in measured
     }
     if skewed:
         lines += _segments(skewed)

@@ -332,11 +332,11 @@ def cmd_load(args: argparse.Namespace) -> int:
     check_path(args.dataset, args.path)  # before the database is touched
     if args.table is None and not (args.train_table and args.test_table):
         raise ValueError("give --table, or both --train-table and --test-table")
-    base = TableName.parse(args.table) if args.table is not None else None
-    targets = {
-        "train": TableName.parse(args.train_table or base.with_suffix("_train")),
-        "test": TableName.parse(args.test_table or base.with_suffix("_test")),
-    }
+    train, test = args.train_table, args.test_table
+    if args.table is not None:
+        base = TableName.parse(args.table)
+        train, test = train or base.with_suffix("_train"), test or base.with_suffix("_test")
+    targets = {"train": TableName.parse(train), "test": TableName.parse(test)}
     db = connect_from(args)
     with db.connect() as conn:  # fail before loading either split, not between them
         for table in targets.values():

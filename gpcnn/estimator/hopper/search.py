@@ -66,7 +66,7 @@ def fit_multiple(
     epochs: int = 1,
     validation_table=None,
     resume: Sequence[int] | None = None,
-    on_start: Callable[[list[int]], None] | None = None,
+    on_start: Callable[[list[int]], object] | None = None,  # what it returns is ignored
     **common: Any,
 ) -> list[GreenplumCNN]:
     """Train many configurations at once by the model hopper, each a stored run.
