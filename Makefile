@@ -22,6 +22,7 @@ test-fast: setup
 lint: setup
 	$(VENV)/bin/ruff check $(SOURCES)
 	$(VENV)/bin/ruff format --check $(SOURCES)
+	$(VENV)/bin/mypy
 
 db-start: setup
 	$(VENV)/bin/gpcnn db start
