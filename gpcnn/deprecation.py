@@ -28,6 +28,7 @@ def database_argument(function: F) -> F:
             kwargs["database"] = kwargs.pop("db")
         return function(*args, **kwargs)
 
+    # functools.wraps gives a _Wrapped, not F: typing cannot say "F's signature, plus db=".
     return accepting_db  # type: ignore[return-value]
 
 
