@@ -72,8 +72,9 @@ class UnreachableError(sa.exc.OperationalError):
     password), where that URL came from and what to run. A ``DatabaseError`` like any other."""
 
     def __init__(self, error: sa.exc.DBAPIError, url: sa.URL, origin: str) -> None:
-        super().__init__(error.statement, error.params, error.orig)
-        reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+        driver = error.orig if error.orig is not None else error  # the driver's, when it gave one
+        super().__init__(error.statement, error.params, driver)
+        reason = str(driver).strip().splitlines()[0]
         embedded = origin == "the embedded cluster"
         start = "start it with `gpcnn db start`" if embedded else "check that the server runs"
         self.advice = (

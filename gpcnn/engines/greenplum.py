@@ -142,8 +142,8 @@ class GreenplumBackend(GreenplumCompiler, Backend):
         bypass = ", bypassed: this role is a superuser" if f["superuser"] else ""
         resource = f["resource"] or {}
         name = resource.get("rsqname") or resource.get("groupname")
-        limits = ", ".join(f"{k} {v}" for k, v in resource.items() if "limit" in k)
-        lines.append(f"resources: resource {manager} {name} ({limits}){bypass}")
+        resource_limits = ", ".join(f"{k} {v}" for k, v in resource.items() if "limit" in k)
+        lines.append(f"resources: resource {manager} {name} ({resource_limits}){bypass}")
         lines += mirror_lines(f["mirroring"], f["settings"].get("gp_fts_probe_interval"))
         return lines
 

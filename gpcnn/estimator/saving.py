@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from gpcnn.estimator import parameters
 from gpcnn.kernel.config_check import check_model
@@ -60,6 +60,10 @@ def _keras_config(path: Path) -> dict:
 class Saving:
     """The estimator's parameters in their stored form, and the fitted estimator in files: a mixin
     of ``GreenplumCNN`` over the functions above."""
+
+    if TYPE_CHECKING:  # what the estimator gives its mixin (scikit-learn's BaseEstimator)
+
+        def get_params(self, deep: bool = True) -> dict: ...
 
     def stored_params(self) -> dict:
         """The parameters as JSON-able values, as stored with each run.

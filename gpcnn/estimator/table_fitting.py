@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,12 +22,21 @@ from gpcnn.fit.training import Plan
 from gpcnn.fit.validation import Validation, check_model_fits, validation_source
 from gpcnn.kernel import layout, wire
 from gpcnn.kernel.keras_setup import compiled_model
-from gpcnn.kernel.protocol import SegmentOptions
+from gpcnn.kernel.protocol import CompileOptions, SegmentOptions
 
 
 class TableFitting:
     """The fit of an image table, from the estimator's parameters (``merge``, ``merge_options``,
     ``merges_per_epoch``, ``local_epochs``, ``validation_freq``, ...)."""
+
+    if TYPE_CHECKING:  # what the estimator (``GreenplumCNN``) gives its mixin
+        batch_size: int
+        shuffle: bool
+        seed: int | None
+        optimizer_state: str
+        threads_per_segment: int | None
+
+        def _compile_options(self) -> CompileOptions: ...
 
     def _drop_fitted_models(self) -> None:
         """Free a previous fit's local model before building a new one: a refit would otherwise
