@@ -121,3 +121,14 @@ def test_the_command_line_tells_an_unreachable_database_in_gpcnns_words(capsys):
     assert cli.main(["doctor", "--database", "postgresql://nobody@127.0.0.1:1/none"]) == 1
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("gpcnn: error: cannot reach the database ") and "(the URL given)" in line
+
+
+@pytest.mark.parametrize("flag", ["--iterations", "--batch-size"])
+def test_a_study_of_no_iterations_or_batches_is_refused_before_it_prints_or_loads(
+    flag, capsys, tmp_path
+):
+    out = tmp_path / "study-out"
+    with pytest.raises(SystemExit):
+        cli.main(["converge", "--dataset", "mnist-sample", flag, "0", "--out", str(out)])
+    assert f"{flag}: expected a number >= 1, got 0" in capsys.readouterr().err
+    assert not out.exists()

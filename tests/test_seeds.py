@@ -103,3 +103,24 @@ def test_the_segment_options_carry_the_shard_keys_and_name_a_keys_position():
     with pytest.raises(ValueError, match="key 1 is not among the table's keys"):
         decoded.shard(1)
     assert "shard_keys" not in options.replace(shard_keys=()).to_dict()  # the sidecar's shape
+
+
+def unseeded_builder(input_shape, classes):
+    """A model function as users write it: initializers without seeds."""
+    return keras.Sequential(
+        [keras.Input(input_shape), keras.layers.Flatten(), keras.layers.Dense(classes, "softmax")]
+    )
+
+
+def test_the_seed_gives_a_model_functions_initial_weights_so_two_fits_are_the_same(db):
+    x, y = learnable_images(40)
+    models = []
+    for seed in (5, 5, 6):
+        est = GreenplumCNN(
+            unseeded_builder, iterations=1, seed=seed, database=db, verbose=0, threads_per_segment=1
+        )
+        with est:
+            est.fit(x, y)
+        models.append(wire.model_to_bytes(est.model_))
+        assert est.history_.history["loss"] == [row["loss"] for row in est.history_]  # Keras's view
+    assert models[0] == models[1] and models[0] != models[2]

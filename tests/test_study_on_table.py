@@ -118,7 +118,7 @@ def test_kept_copies_are_packed_per_k_with_the_validation_tables_classes(db, sou
 def test_bad_names_are_refused_before_any_table_or_file_is_made(
     db, source, tmp_path, change, model, message
 ):
-    keras = gpcnn.kernel.segment.keras_module()
+    keras = gpcnn.kernel.keras_setup.keras_module()
     wide = keras.Sequential(
         [keras.Input((10, 10, 1)), keras.layers.Flatten(), keras.layers.Dense(3)]
     )
@@ -129,6 +129,17 @@ def test_bad_names_are_refused_before_any_table_or_file_is_made(
         converge(db, bad, tmp_path / "out", model=model)
     assert not (tmp_path / "out").exists()
     assert copies(db) == []
+
+
+def test_an_image_table_gpcnn_made_is_refused_as_a_table_of_rows(db, source, tmp_path):
+    images = f"{RAW}.own_loaded"
+    gpcnn.load_images(db, images, *learnable_images(20), segments=2, replace=True, progress=False)
+    bad = own_data.SourceTable(**{**vars(source), "table": images})
+    with pytest.raises(
+        TableError, match=r"is an image table gpcnn loaded or packed .* one row per"
+    ):
+        converge(db, bad, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_the_command_line_takes_a_table_and_its_columns_or_a_dataset_never_both():

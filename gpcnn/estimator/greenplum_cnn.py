@@ -22,6 +22,7 @@ from gpcnn.estimator.saving import Saving
 from gpcnn.estimator.table_fitting import TableFitting
 from gpcnn.fit import compiling, rules, runs
 from gpcnn.fit.database_errors import TrainingError
+from gpcnn.kernel.keras_setup import keras_module
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, CompileOptions
 from gpcnn.serving import model_library
 
@@ -83,7 +84,8 @@ class GreenplumCNN(TableFitting, ArrayFitting, Predicting, Saving, ClassifierMix
     validation_freq : int or sequence of int, default 1
         As in Keras: every n-th iteration, or the listed ones.
     seed : int, optional
-        Makes shuffles and staging reproducible.
+        Makes shuffles, staging and each segment's random draws reproducible, and a model
+        function's initial weights (``keras.utils.set_random_seed`` before it builds).
     threads_per_segment : int, optional
         TensorFlow threads in each segment (default: the cores shared among the segments).
     verbose : {0, 1, 2}, default 1
@@ -95,8 +97,9 @@ class GreenplumCNN(TableFitting, ArrayFitting, Predicting, Saving, ClassifierMix
     ----------
     model_ : keras.Model
         A local model with the merged weights.
-    history_ : list of dict
-        One row per iteration: loss, metrics, val_*, seconds, ...
+    history_ : History (a list of dict)
+        One row per iteration: loss, metrics, val_*, seconds, ...; ``history_.history`` is the
+        same as Keras's ``History.history``, a dict of lists.
     run_id_ : int
         The run in ``gpcnn.runs``; ``fit(table, resume=run_id_)`` continues it.
     segments_ : int
@@ -200,7 +203,11 @@ class GreenplumCNN(TableFitting, ArrayFitting, Predicting, Saving, ClassifierMix
         """``model``, the model stored under that name (read again by every call), or the
         function's model built for ``info``'s items and classes (None before a table)."""
         if is_builder(self.model):
-            return None if info is None else self.model(tuple(info.image_shape), info.num_classes)
+            if info is None:
+                return None
+            if self.seed is not None:  # the builder's initial weights follow the seed too
+                keras_module().utils.set_random_seed(int(self.seed))
+            return self.model(tuple(info.image_shape), info.num_classes)
         return model_library.keras_model(self._db(), self.model)
 
     def _units(self) -> int | None:

@@ -21,6 +21,7 @@ from gpcnn.estimator.constraints import (
     validate,
 )
 from gpcnn.fit import compiling, rules
+from gpcnn.fit.history import History
 from gpcnn.kernel.protocol import OPTIMIZER_STATES, SegmentOptions
 
 REMOVED = ("schema", "validation_data", "progress")  # parameters of gpcnn 0.1
@@ -121,7 +122,7 @@ def set_fitted_state(est, sidecar: dict) -> None:
     """``fitted_state``'s values back on ``est`` (a sidecar of this version or an older one)."""
     est._model_json = sidecar["model_json"]
     est._options = SegmentOptions.from_dict(sidecar["options"])
-    est.history_ = sidecar["history"]
+    est.history_ = History(sidecar["history"])
     est.run_id_ = sidecar["run_id"]
     est.segments_ = sidecar["segments"]
     est.classes_ = np.asarray(sidecar["classes"])

@@ -17,6 +17,7 @@ from gpcnn.data.label_skew import skew_warning
 from gpcnn.data.tables import ImageTable
 from gpcnn.engines import Database
 from gpcnn.fit import compiling, loop, rules
+from gpcnn.fit.history import History
 from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.training import Plan
 from gpcnn.fit.validation import Validation, check_model_fits, validation_source
@@ -131,7 +132,7 @@ class TableFitting:
         """The fitted state of run ``run_id`` (its weights set on ``model_`` later): also how the
         model hopper hands each configuration's result back as a fitted estimator."""
         self.model_ = compiled_model(model_json, options.compile)
-        self.history_ = history
+        self.history_ = History(history)
         self.run_id_ = run_id
         self.segments_ = info.segments
         fitted = self.__dict__.pop("_arrays_fitted", None)

@@ -81,6 +81,14 @@ def check_source(
                 _check_fits(conn, queries, table, source, stored)
 
 
+def _is_image_table(db: Database, name: TableName) -> bool:
+    try:
+        describe(db, name)
+    except TableError:
+        return False
+    return True
+
+
 def _queries(
     db: Database, conn, table: str, source: SourceTable, layouts: Sequence[str] = ()
 ) -> PackingSource:
@@ -88,6 +96,12 @@ def _queries(
     types = column_types(conn, name.sql(db.backend))
     if not types:
         raise TableError(f"no table {name}: --table names a table of images, one row per image")
+    if _is_image_table(db, name):
+        raise TableError(
+            f"{name} is an image table gpcnn loaded or packed (buffers of many images each): "
+            "--table takes a table of one row per image, as MADlib's preprocessor does; give the "
+            "table it was made from (gpcnn.read_images reads this one back into arrays)"
+        )
     columns = {"x": source.x_column, "y": source.y_column, "id": source.id_column}
     missing = [f"{role}={column!r}" for role, column in columns.items() if column not in types]
     missing += [f"distribute_by={column!r}" for column in layouts if column not in types]

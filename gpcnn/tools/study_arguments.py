@@ -8,6 +8,17 @@ import argparse
 import itertools
 
 
+def positive_int(text: str) -> int:
+    """A count of at least 1 (iterations, a batch's images), refused before any work."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
 def int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]

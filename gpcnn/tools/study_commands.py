@@ -153,7 +153,7 @@ def add_parsers(sub, with_database) -> None:
         p.add_argument("--out", default=out, help="folder for history.csv, figures, report.md")
         p.add_argument(
             "--iterations",
-            type=int,
+            type=study_arguments.positive_int,
             default=iterations,
             help="iterations at one merge per epoch (= epochs of data per run)",
         )
@@ -191,7 +191,7 @@ def add_parsers(sub, with_database) -> None:
         )
         p.add_argument(
             "--batch-size",
-            type=int,
+            type=study_arguments.positive_int,
             default=32,
             help="images per batch on each segment (mop: --configs sets it)",
         )
