@@ -15,6 +15,7 @@ from gpcnn.data.tables import describe as describe_table
 from gpcnn.engines import Database, connect, release_sessions
 from gpcnn.engines.install import install, uninstall
 from gpcnn.estimator import GreenplumCNN, GreenplumModelSearch, TrainingError, fit_multiple
+from gpcnn.estimator.history_plot import live_plot, plot_history
 from gpcnn.fit.forecast.early_warning import forecast_gap
 from gpcnn.fit.runs import delete_runs, list_runs, show_run
 from gpcnn.serving.direct_prediction import predict
@@ -44,10 +45,12 @@ __all__ = [
     "list_models",
     "list_runs",
     "list_tables",
+    "live_plot",
     "load_images",
     "load_model",
     "measure_skew",
     "pack_table",
+    "plot_history",
     "predict",
     "read_images",
     "redeal",
