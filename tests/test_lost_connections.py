@@ -23,7 +23,9 @@ pytestmark = pytest.mark.every_dispatch
 
 DATA_SCHEMA = "gpcnn_connections_test"
 TABLE = f"{DATA_SCHEMA}.train"
-STOPPED_WITHIN = 5.0  # seconds from the error until no statement of this client runs
+# Seconds from the error until no statement of this client runs: an outer bound, not a speed
+# (the other statements are cancelled at once; a loaded machine only delays when that shows).
+STOPPED_WITHIN = 60.0
 
 
 @pytest.fixture(scope="module")

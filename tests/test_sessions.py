@@ -27,7 +27,7 @@ def test_an_error_in_one_session_cancels_the_others(db):
                 "SELECT CASE WHEN :fail THEN 1 / 0 ELSE CAST(CAST(pg_sleep(60) AS text) AS int) END",
                 [{"fail": False}, {"fail": True}],
             )
-        assert time.perf_counter() - started < 20  # the 60 s sleep was cancelled
+        assert time.perf_counter() - started < 50  # the 60 s sleep was cancelled, not waited out
         # Both sessions are usable again.
         assert sessions.map("SELECT :v", [{"v": 1}, {"v": 2}]) == [[(1,)], [(2,)]]
     finally:
