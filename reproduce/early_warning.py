@@ -1,4 +1,4 @@
-"""The early-warning test of part j (issue 49): does the drift ratio of a run's first epochs say how
+"""The early-warning test of part j: does the drift ratio of a run's first epochs say how
 far below one worker it will end?
 
     .venv/bin/python reproduce/early_warning.py docs/img/study/j/early docs/img/study/i \

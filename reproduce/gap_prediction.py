@@ -1,4 +1,4 @@
-"""Part j's prediction (issue 49): the gap to one worker at epoch 15 as a function of K, fitted on
+"""Part j's prediction: the gap to one worker at epoch 15 as a function of K, fitted on
 K <= 8 and extrapolated to K = 2 and K = 16 before those runs exist, then scored against them.
 
     .venv/bin/python reproduce/gap_prediction.py predict docs/img/study/a docs/img/study/f

@@ -1,4 +1,4 @@
-"""The study's tables for docs/convergence.md (issue 15), from each part's committed history.csv.
+"""The study's tables for docs/convergence.md, from each part's committed history.csv.
 
     .venv/bin/python reproduce/report.py docs/img/study/a --target 0.9
 

@@ -1,4 +1,4 @@
-"""Seconds per epoch of every setting of the study's parts, from one interleaved run (issue 15).
+"""Seconds per epoch of every setting of the study's parts, from one interleaved run.
 
     .venv/bin/python reproduce/seconds.py docs/img/study/a [PART ...] --rounds 3 \
         [--settings NAME,...] --out docs/img/study/seconds-PART.json

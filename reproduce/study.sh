@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The convergence study of docs/convergence.md (issue 15): the BatchNorm CNN on Fashion-MNIST
+# The convergence study of docs/convergence.md: the BatchNorm CNN on Fashion-MNIST
 # 60k/10k, shuffled buffers, 15 epochs at one merge per epoch. One part per invocation:
 #
 #   bash reproduce/study.sh sweep   # learning rates for one worker, per optimizer (run first)
@@ -9,7 +9,7 @@
 #   bash reproduce/study.sh c       # label skew: alpha 1 and 0.1 x average, bmuf, none, K = 4
 #   bash reproduce/study.sh d       # the FedAvg CNN on the MNIST sample, K = 4
 #   bash reproduce/study.sh e       # sync with and without lr x K, K = 4
-#   bash reproduce/study.sh f       # K = 8, IID (issue 24): bmuf at 1 (part a's), 2 and 4 merges per
+#   bash reproduce/study.sh f       # K = 8, IID: bmuf at 1 (part a's), 2 and 4 merges per
 #                               # epoch, post-local SGD (average at 8/8/1), fedadam, then fedprox,
 #                               # scaffold, fedyogi; seed 0 of all first
 #   bash reproduce/study.sh f ARGS  # the best of them at K = 4, e.g. f --merge bmuf --merges-per-epoch 4
@@ -17,12 +17,12 @@
 #                               # fedprox (mu 0.01, 0.1), fedadam; gn-cnn (GroupNorm) with one
 #                               # worker and average; seed 0 of all first
 #   bash reproduce/study.sh g ARGS  # gn-cnn with the best of them, e.g. g --merge scaffold
-#   bash reproduce/study.sh i       # remedies for label skew alpha 0.1, K = 4 (issue 47): a shared
+#   bash reproduce/study.sh i       # remedies for label skew alpha 0.1, K = 4: a shared
 #                               # sample of 1 % and 5 %, pooled BatchNorm statistics, FedNova,
 #                               # SCAFFOLD with GroupNorm at 4 merges per epoch; seed 0 of all first
 #   bash reproduce/study.sh i3 ARGS # the third seed (its own Dirichlet draw) of the average, the IID
 #                               # average (part a's) and the best remedy, e.g. i3 --merge fednova
-#   bash reproduce/study.sh j       # K = 16 and 2 (issue 49): average, bmuf, bmuf at 4 merges per
+#   bash reproduce/study.sh j       # K = 16 and 2: average, bmuf, bmuf at 4 merges per
 #                               # epoch, IID; K = 4, 8 and one worker are parts a's and f's; the
 #                               # segment processes' peak memory into j/peak-rss.txt
 #   bash reproduce/study.sh j3      # epochs 1-3 of the reused K = 4, 8 settings again, for their

@@ -1,4 +1,4 @@
-"""Big models (issue 12): vectors in chunks everywhere — the start sent to the segments, the
+"""Big models: vectors in chunks everywhere — the start sent to the segments, the
 trained vectors coming back, their merge, the stored checkpoints — exercised with 64 KB chunks and
 a 1M-weight model; statement texts that stay small whatever the model's size; image counts past
 2**24, where MADlib's float32 count stops being exact."""
@@ -153,7 +153,7 @@ def test_one_statement_merges_in_the_client_or_in_the_database_to_the_same_bits(
 
 
 def test_a_multi_chunk_model_predicts_as_keras_does_into_arrays_and_into_a_table(chunked, table):
-    """Prediction receives its weights in chunks, as training its start (issue 26: never one
+    """Prediction receives its weights in chunks, as training its start (never one
     value, so no size limit below training's): the 63-chunk model predicts each image of both
     keys as Keras does, back to the client and written into a table; no transfer stays."""
     model = wide_model()

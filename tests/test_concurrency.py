@@ -1,4 +1,4 @@
-"""Concurrency (issue 9): fits at once from several processes, on the same table and on another,
+"""Concurrency: fits at once from several processes, on the same table and on another,
 each end with the result it has alone; loads racing for one table name (or one new schema) end
 as exactly one load each, with a clear error for the loser and no debris."""
 

@@ -1,4 +1,4 @@
-"""Every iteration's diagnostics (issue 47, item 1): each segment's images, loss, accuracy, seconds
+"""Every iteration's diagnostics: each segment's images, loss, accuracy, seconds
 and step, and the spread, merged step and drift ratio, on every merge path and both dispatches,
 against a reference computed in plain numpy from the segments' own trained vectors."""
 

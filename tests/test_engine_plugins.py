@@ -1,4 +1,4 @@
-"""An engine plugs in from outside gpcnn (issue 46): a throw-away PostgreSQL engine, defined and
+"""An engine plugs in from outside gpcnn: a throw-away PostgreSQL engine, defined and
 registered in this file alone, whose dispatch deals the keys to half as many sessions in reverse
 order. A handle that names it trains through it, and the model is the built-in engine's, bit for
 bit: the merges add the keys in shard order whichever session served them."""

@@ -1,4 +1,4 @@
-"""Faults inside the database name where and why (issue 9): an error raised by the in-database
+"""Faults inside the database name where and why: an error raised by the in-database
 Python, a segment's server process terminated mid-iteration; what was stored stays, and the run
 resumes. Runs in both dispatch modes (see conftest)."""
 
@@ -127,7 +127,7 @@ def test_a_terminated_segment_backend_is_named_and_the_run_resumes(db, table, ca
     message = str(error)
     assert f"its server process (pid {pid}) was terminated" in message
     # The server's own reason, not libpq's "server closed the connection unexpectedly" that
-    # psycopg2 raises after it (and once printed it, with a SystemError: issue 50).
+    # psycopg2 raises after it (and once printed it, with a SystemError).
     assert "(terminating connection due to administrator command)" in message
     assert "pg_terminate_backend" in message
     # Nothing else: no trace printed by the driver or a thread (verbose=0: no log lines).
@@ -179,7 +179,7 @@ def _printed_by_psycopg2(server_error: BaseException) -> SystemError:
 
 
 def test_a_copy_ended_by_the_server_raises_its_error_and_prints_nothing(monkeypatch, capfd):
-    """issue 50: psycopg2 raises libpq's "server closed the connection unexpectedly" and prints
+    """psycopg2 raises libpq's "server closed the connection unexpectedly" and prints
     the server's own error (chained to a SystemError); the server's is the one raised."""
     seen = []
     monkeypatch.setattr(sys, "excepthook", lambda *report: seen.append(report))

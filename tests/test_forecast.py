@@ -1,4 +1,4 @@
-"""The early warning (issue 49, item 3): the gap to one worker a fit's first three epochs point to,
+"""The early warning: the gap to one worker a fit's first three epochs point to,
 logged once by the fit when epoch 3 ends, printed by ``gpcnn runs show``, and computed by
 ``gpcnn.forecast_gap`` from any history."""
 

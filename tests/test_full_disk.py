@@ -1,4 +1,4 @@
-"""A full disk (issue "Reliability", item 2): a tablespace on a small tmpfs that the test mounts
+"""A full disk: a tablespace on a small tmpfs that the test mounts
 holds gpcnn's checkpoints, or a load's table. A checkpoint that does not fit fails the fit with the
 server's "No space left on device" and the file, the previous iteration stays whole and resumes
 once space is freed; a load that does not fit leaves no table and no catalog row. Needs root and

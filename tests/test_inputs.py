@@ -1,4 +1,4 @@
-"""Inputs of any shape the model takes, labels of any type, pixels of any numeric dtype (issue 48):
+"""Inputs of any shape the model takes, labels of any type, pixels of any numeric dtype:
 feature rows, flat rows reshaped to an image model's input in the database and locally, tables
 that hold either, string labels through fit and predict, and the shapes refused before any work."""
 

@@ -1,4 +1,4 @@
-"""Label skew where the data lives (issue 47, items 2 to 4): counted on the server when a table
+"""Label skew where the data lives: counted on the server when a table
 is loaded or packed, kept in the catalog and shown; ``pack_table(distribute_by=...)`` keeping
 equal values together; ``redeal``; a shared sample beside every segment's own rows."""
 

@@ -1,4 +1,4 @@
-"""Load (issue "Reliability", item 4): 4 fits (two on each of two tables), 2 loads and 2
+"""Load: 4 fits (two on each of two tables), 2 loads and 2
 predictions into tables, all at once from separate processes, each end exactly as the same call
 run alone: the same weights, the same table, the same predictions, bit for bit; no deadlock and
 no error."""

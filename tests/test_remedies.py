@@ -1,4 +1,4 @@
-"""FedNova and pooled BatchNorm statistics by hand, without a database (issue 47, item 4): each
+"""FedNova and pooled BatchNorm statistics by hand, without a database: each
 rule's arithmetic on small vectors, FedNova's normalizer against Keras's own SGD, and the pooled
 statistics against those of the union of the segments' values."""
 

@@ -1,5 +1,5 @@
-"""FedNova and pooled BatchNorm statistics in the real database, both dispatch modes (issue 47,
-item 4): a fit equals, to the last bit, an in-process reference that trains each key as its
+"""FedNova and pooled BatchNorm statistics in the real database, both dispatch modes: a
+fit equals, to the last bit, an in-process reference that trains each key as its
 segment does and merges with the same rule; a resumed fit equals the whole one.
 
 Label-skewed 2-segment tables (unequal shards, so the segments take unequal numbers of steps), the

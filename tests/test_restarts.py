@@ -1,4 +1,4 @@
-"""Restarts (issue 9): the server restarts while a fit is between iterations (its training done,
+"""Restarts: the server restarts while a fit is between iterations (its training done,
 its row not yet stored), or the client process is SIGKILLed mid-iteration; nothing stored is
 half-written, the running fit raises TrainingError, and ``fit(resume=...)`` then finishes.
 
@@ -252,7 +252,7 @@ def test_a_segment_backend_killed_mid_iteration_is_named_alone_and_the_run_resum
 ):
     """SIGKILL on a segment's server process (the OOM killer's way): PostgreSQL ends every other
     backend and recovers. The fit fails naming the killed process, with nothing else printed
-    (issue 50: psycopg2 printed a SystemError trace for each other session), and resumes once
+    (psycopg2 printed a SystemError trace for each other session), and resumes once
     the server accepts connections again."""
     db = handles[dispatch]
     est = estimator(db)

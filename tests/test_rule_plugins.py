@@ -1,4 +1,4 @@
-"""Merge rules as plug-ins (issue 46): rules defined here alone, registered through the public
+"""Merge rules as plug-ins: rules defined here alone, registered through the public
 registry, combining the kernel's local-step hooks with a client-side update of their own, trained
 in the database in both dispatch modes and checked against an in-process reference that takes the
 same float32 steps; the registry is left as it was found.

@@ -1,4 +1,4 @@
-"""Merge rules, optimizer-state policies and merge frequency in the real database (issue 5).
+"""Merge rules, optimizer-state policies and merge frequency in the real database.
 
 One small table on 2 segments (150 8x8 images, 4 buffers per segment), the tiny CNN of
 test_training.py built ONCE for the module (the segments cache the compiled model by its JSON, so

@@ -1,5 +1,5 @@
 """Segment sessions: an error (or Ctrl-C) in one cancels the work running in all the others; a
-client process holds only the sessions it accounts for (issue 9)."""
+client process holds only the sessions it accounts for."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fits on label-skewed tables (issue 47, items 2 and 4): the warning that names the remedies, the
+"""Fits on label-skewed tables: the warning that names the remedies, the
 index recorded with the run, and a table with a shared sample trained and resumed exactly.
 
 The tiny CNN of test_training.py on 150 8x8 images of 3 classes, packed by label on 2 segments

@@ -1,5 +1,5 @@
 """``gpcnn converge --table``: the study on a table of the user's images already in the database
-and a model from the model library (issue 47, item 6). A tiny table of 8×8 images (one row per
+and a model from the model library. A tiny table of 8×8 images (one row per
 image, as MADlib's preprocessor takes it), the tiny CNN of test_training.py stored by name; bad
 names refused before any table or file is made; the packed copies dropped unless kept."""
 

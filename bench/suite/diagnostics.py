@@ -1,6 +1,6 @@
 """Benchmark ``diagnostics``: what an iteration's diagnostics cost, as a share of its fixed cost.
 
-On the average's path the diagnostics add two passes over the weights to an iteration (issue 47):
+On the average's path the diagnostics add two passes over the weights to an iteration:
 each segment's step ``||w_k - w_start||^2`` at the end of its transition (the K segments at once)
 and the merged step ``||w̄ - w_start||^2`` in the client as the average streams in; the spread
 follows from these numbers. Both passes are ``averaging.squared_distance`` over the model's float32

@@ -6,7 +6,7 @@ from __future__ import annotations
 from . import dense, primitives
 from .base import Benchmark, Context, Outcome, Table, Target
 
-# seconds of fixed cost at K = 2 by million weights (issue 12's 1M, issue 26's 25M and 100M)
+# seconds of fixed cost at K = 2 by million weights (1M, 25M and 100M)
 LIMITS = {1.0: 0.1, 25.0: 0.6, 100.0: 3.0}
 
 

@@ -1,5 +1,5 @@
 """Benchmark ``layouts``: packing a table on Greenplum, IID dealing against ``distribute_by``, in
-seconds and in rows moved between segments (issue 47), beside the two floors of a copy: rows kept
+seconds and in rows moved between segments, beside the two floors of a copy: rows kept
 where they are and rows rehashed to other segments."""
 
 from __future__ import annotations

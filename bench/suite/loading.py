@@ -13,7 +13,7 @@ SCHEMA = "gpcnn_bench_load"  # gpcnn's functions and the image tables
 ROWS = "gpcnn_bench_load_rows"  # pack_table's source: one smallint[] row per image
 TARGET_MBS = 100.0
 TARGET_RATIO = 0.5
-SKEW_COUNT_SHARE = 0.05  # issue 47: counting the labels per segment costs a load at most 5 %
+SKEW_COUNT_SHARE = 0.05  # counting the labels per segment costs a load at most 5 %
 
 
 def raw_copy_bytes(x, y, segments: int, seed: int) -> bytes:
