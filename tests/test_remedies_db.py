@@ -1,5 +1,5 @@
-"""FedNova and pooled BatchNorm statistics in the real database, both dispatch modes: a
-fit equals, to the last bit, an in-process reference that trains each key as its
+"""FedNova, pooled BatchNorm statistics and the robust rules in the real database, both
+dispatch modes: a fit equals, to the last bit, an in-process reference that trains each key as its
 segment does and merges with the same rule; a resumed fit equals the whole one.
 
 Label-skewed 2-segment tables (unequal shards, so the segments take unequal numbers of steps), the
@@ -126,6 +126,18 @@ def test_pooled_batchnorm_statistics_merge_as_the_in_process_reference_and_resum
     _, variances = layout.moving_statistics(wire.manifest(model))
     assert (flat(whole)[variances] > flat(averaged)[variances]).any()  # the means' spread
     resumed = fit_resumed(db, schema, model, 2, table=TRAIN, **params)
+    np.testing.assert_array_equal(flat(resumed), flat(whole))
+
+
+@pytest.mark.parametrize("name", ["trimmed-mean", "median"])
+def test_the_robust_rules_merge_as_the_in_process_reference_and_resume(
+    db, schema, table, bn_cnn, name
+):
+    model = bn_cnn
+    whole = fit(db, schema, model, table=TRAIN, iterations=2, merge=name, **MOMENTUM)
+    want = merged_in_process(model, table, shards(db, table), 2, reference_rule(model, name))
+    np.testing.assert_array_equal(flat(whole), want)
+    resumed = fit_resumed(db, schema, model, 2, table=TRAIN, merge=name, **MOMENTUM)
     np.testing.assert_array_equal(flat(resumed), flat(whole))
 
 

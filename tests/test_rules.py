@@ -316,8 +316,8 @@ def test_make_rule_names_and_options():
     assert isinstance(rules.make_rule("easgd", ALL, 2), rules.ElasticAveraging)
     assert isinstance(rules.make_rule("none", ALL, 2), rules.NoMerge)
     assert rules.make_rule("easgd", ALL, 2, alpha=0.1).alpha == 0.1
-    with pytest.raises(ValueError, match="median"):
-        rules.make_rule("median", ALL, 2)
+    with pytest.raises(ValueError, match="krum"):
+        rules.make_rule("krum", ALL, 2)
     with pytest.raises(ValueError, match="average, bmuf, easgd, none"):
         rules.make_rule("Average", ALL, 2)
     with pytest.raises(ValueError, match=r"momentum=0\.9 is not an option"):
@@ -408,13 +408,13 @@ def test_check_options_takes_its_option_names_from_the_rule_class(monkeypatch):
         rules.check_options("warmed", {"warmup": 1}, 2)
 
 
-@pytest.mark.parametrize("name", ["median", "Average", "", "bmuf "])
+@pytest.mark.parametrize("name", ["mean", "Average", "", "bmuf "])
 def test_check_options_refuses_an_unknown_rule(name):
     with pytest.raises(ValueError) as e:
         rules.check_options(name, None, 2)
     assert str(e.value) == (
         f'merge="{name}": choose one of average, bmuf, easgd, none, fedprox, scaffold, fedadam, '
-        "fedyogi, fednova"
+        "fedyogi, fednova, trimmed-mean, median"
     )
 
 
@@ -928,3 +928,43 @@ def test_only_average_lets_the_next_average_overwrite_its_model():
     buffer[:] = f32(4, 5, 6)  # as the merge writes it
     made["average"].update(buffer, None, COUNTS)
     np.testing.assert_array_equal(made["average"].model(), f32(4, 5, 6))
+
+
+FIVE = [0, 1, 2, 3, 4]
+
+
+def robust(name: str, **options) -> rules.MergeRule:
+    rule = rules.make_rule(name, ALL, len(FIVE), **options)
+    rule.start(f32(0, 0, 0), FIVE)
+    return rule
+
+
+def test_the_trimmed_mean_drops_a_corrupted_segment_and_weights_the_rest_by_images():
+    segments = {k: f32(k, 10 - k, 1) for k in FIVE}
+    segments[4] = f32(1e6, -1e6, 1e6)  # one segment's rows corrupted
+    counts = {0: 1, 1: 2, 2: 1, 3: 1, 4: 1}
+    rule = robust("trimmed-mean", trim=0.2)  # one segment dropped at each end of every weight
+    rule.merge(f32(0, 0, 0), segments, counts, {})
+    # weight 0: 0 and 1e6 dropped, (1·2 + 2 + 3) / 4; weight 1: -1e6 and 10 dropped (9·2 + 8 + 7) / 4
+    np.testing.assert_allclose(rule.model(), f32(7 / 4, 33 / 4, 1), rtol=1e-6)
+    assert rule.needs_segments and rule.sends_model()
+
+
+def test_a_trimmed_mean_that_drops_no_segment_is_the_average():
+    rule = rules.make_rule("trimmed-mean", ALL, 2)
+    rule.start(f32(0, 0, 0), KEYS)
+    rule.merge(f32(4, 5, 6), {0: f32(1, 2, 3), 1: f32(5, 6, 7)}, COUNTS, {})
+    np.testing.assert_array_equal(rule.model(), f32(4, 5, 6))
+
+
+def test_the_median_ignores_image_counts_and_a_minority_of_bad_segments():
+    segments = {k: f32(k, -k, 7) for k in FIVE}
+    segments[0] = segments[1] = f32(-1e9, 1e9, 7)
+    rule = robust("median")
+    rule.merge(f32(0, 0, 0), segments, {k: 100 if k < 2 else 1 for k in FIVE}, {})
+    np.testing.assert_array_equal(rule.model(), f32(2, -2, 7))
+
+
+def test_a_trim_of_half_the_segments_or_more_is_refused_before_any_work():
+    with pytest.raises(ValueError, match=r"trim=0.5.*in \[0, 0.5\)"):
+        rules.check_options("trimmed-mean", {"trim": 0.5}, segments=4)

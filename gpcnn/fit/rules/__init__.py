@@ -9,10 +9,11 @@ and are never shipped into the database.
 One module per rule, each registered by name (``register_rule``) in ``RULES``, the one list that
 the estimator, the study, its plots and the command line take theirs from:
 ``average`` (MADlib), ``bmuf``, ``easgd``, ``none``, ``fedprox``, ``scaffold``, ``fedadam``,
-``fedyogi``, ``fednova``. Momentum-like rules act on trainable weights only; non-trainable weights
-(BatchNorm moving mean and variance) take the plain weighted average, so a variance can never be
-pushed negative; or, with every rule's ``batchnorm_statistics="pooled"``, the moving variance
-is the union's (``pooling``).
+``fedyogi``, ``fednova``, and the robust ``trimmed-mean`` and ``median`` (``robust``: what
+they share). Momentum-like rules act on trainable weights only; non-trainable weights (BatchNorm
+moving mean and variance) take the plain weighted average, so a variance can never be pushed
+negative; or, with every rule's ``batchnorm_statistics="pooled"``, the moving variance is the
+union's (``pooling``). The robust rules take their statistic of every weight, statistics too.
 
 A rule declares its options (its dataclass fields, their defaults and ranges), its stored state
 (``state_layout``) and what it adds to every local step in the database: the kernel's
@@ -45,6 +46,8 @@ from gpcnn.fit.rules.scaffold import Scaffold  # isort: skip
 from gpcnn.fit.rules.fedadam import FedAdam  # isort: skip
 from gpcnn.fit.rules.fedyogi import FedYogi  # isort: skip
 from gpcnn.fit.rules.fednova import FedNova  # isort: skip
+from gpcnn.fit.rules.trimmed_mean import TrimmedMean  # isort: skip
+from gpcnn.fit.rules.median import Median  # isort: skip
 
 from gpcnn.engines.engine_registry import load_plugins  # isort: skip
 
@@ -61,11 +64,13 @@ __all__ = [
     "FedNova",
     "FedProx",
     "FedYogi",
+    "Median",
     "MergeRule",
     "NoMerge",
     "Range",
     "Scaffold",
     "SegmentModels",
+    "TrimmedMean",
     "check_options",
     "make_rule",
     "register_rule",
