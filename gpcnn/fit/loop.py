@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gpcnn.data.label_skew import skew_warning
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database
 from gpcnn.engines.install import ensure_installed
@@ -121,7 +122,9 @@ def run(
 
     db, options, first = plan.db, plan.options, len(history) + 1
     rates = LearningRates(model, options.batch_size, plan.local_epochs, plan.slices)
-    defaults = default_callbacks(plan.run_id, verbose, first, total, history)
+    # a label-skewed table's segments differ by design: its skew warning speaks for them
+    skewed = skew_warning(plan.info) is not None
+    defaults = default_callbacks(plan.run_id, verbose, first, total, history, not skewed)
     model.stop_training = False
     hooks = keras_module().callbacks.CallbackList(
         [*defaults, *(callbacks or [])], model=model, epochs=total, verbose=0, steps=None

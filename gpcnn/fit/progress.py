@@ -1,5 +1,6 @@
 """What a fit tells while it runs, as Keras callbacks that every fit adds before the user's: the
-``gpcnn`` logger's line per iteration, the early warning once epoch 3 ends (``forecast.early_warning``), the
+``gpcnn`` logger's line per iteration, the early warning once epoch 3 ends
+(``forecast.early_warning``), a warning for a segment far from the others (``outliers``), the
 progress bar (``verbose=1``) and Keras's line per epoch (``verbose=2``). Imported when a fit
 starts: it imports Keras."""
 
@@ -9,6 +10,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from gpcnn.fit.forecast.early_warning import EARLY_EPOCHS, forecast_gap
+from gpcnn.fit.outliers import outliers
 from gpcnn.kernel.keras_setup import keras_module
 
 PROGRESS_KEYS = ("loss", "accuracy", "val_loss", "val_accuracy")
@@ -59,6 +61,23 @@ class EarlyWarning(Callback):
             print(f"Early warning: {message}")
 
 
+class SegmentCheck(Callback):
+    """A ``WARNING`` on the ``gpcnn`` logger the first time a segment's loss or step is far from
+    the other segments' (``outliers``), once per segment and measure in a fit."""
+
+    def __init__(self, history: list[dict]) -> None:
+        super().__init__()
+        self.history = history  # the fit's own list: each row is in it before this hook runs
+        self.told: set[tuple[int, str]] = set()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        row = self.history[-1]
+        for found in outliers(row.get("per_segment") or []):
+            if (found.key, found.measure) not in self.told:
+                self.told.add((found.key, found.measure))
+                LOG.warning("%s", found.message(row["iteration"]))
+
+
 class ProgressBar(Callback):
     """A tqdm bar over the iterations this call runs; ``close`` ends it, whatever ended the fit."""
 
@@ -97,11 +116,19 @@ class IterationLines(Callback):
 
 
 def default_callbacks(
-    run_id: int, verbose: int, first: int, total: int, history: list[dict]
+    run_id: int,
+    verbose: int,
+    first: int,
+    total: int,
+    history: list[dict],
+    check_segments: bool = True,
 ) -> list:
     """The callbacks of a fit running iterations ``first`` to ``total``, by ``verbose``;
-    ``history``: the fit's rows, which the loop appends to."""
+    ``history``: the fit's rows, which the loop appends to; ``check_segments``: whether a
+    segment far from the others is warned of (not on a table whose skew was warned of)."""
     callbacks: list = [LogLines(run_id, total), EarlyWarning(run_id, history, verbose)]
+    if check_segments:
+        callbacks.append(SegmentCheck(history))
     if verbose == 1 and total >= first:
         callbacks.append(ProgressBar(run_id, first, total))
     if verbose == 2:
