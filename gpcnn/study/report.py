@@ -50,6 +50,8 @@ TEXT_COLUMNS = (
     "optimizer_state",
     "merge_options",
     "early_merges",
+    "configuration",
+    "distribute_by",
 )
 
 BOOL_COLUMNS = ("shuffle", "scale_lr", "from_table", "library_model")

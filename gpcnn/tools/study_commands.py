@@ -144,6 +144,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_study_docs(args: argparse.Namespace) -> int:
+    """Render the marked numbers of the study's pages from the stored results (``--check``: only
+    say which differ, and fail if any do)."""
+    from gpcnn.study import doc_numbers
+    from gpcnn.study.doc_sources import facts
+
+    root = Path(args.root)
+    fact = facts(root)
+    if args.check:
+        stale = doc_numbers.differences(root, fact)
+        for span, rendered in stale:
+            print(f"{span.page}:{span.line}: {span.key}: {span.text!r} should be {rendered!r}")
+        return 1 if stale else 0
+    for page in doc_numbers.rewrite(root, fact):
+        print(f"rewrote {page}")
+    return 0
+
+
 def add_parsers(sub, with_database) -> None:
     """The study commands' parsers, added to the subcommands ``sub``; ``with_database`` adds the
     options that name the database."""
@@ -332,3 +350,13 @@ def add_parsers(sub, with_database) -> None:
         help="another data set for the same preset (the tests use mnist-sample)",
     )
     demo.set_defaults(func=cmd_demo)
+
+    docs = sub.add_parser(
+        "study-docs",
+        help="render the measured numbers of the study's pages from its stored results",
+    )
+    docs.add_argument("--root", default=".", help="the repository's root (default: here)")
+    docs.add_argument(
+        "--check", action="store_true", help="change nothing: list the numbers that differ"
+    )
+    docs.set_defaults(func=cmd_study_docs)
