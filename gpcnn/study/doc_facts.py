@@ -2,8 +2,8 @@
 
 A key is a computation and its arguments, separated by ``/``. A part is a folder of
 ``docs/img/study/`` and its ``history.csv``; a setting is named by its short name, the setting's
-name without the dataset and the tokens every part shares (``short_name``: ``average-k4``,
-``bmuf-k8-m4``, ``scaffold-k4-gn-skew0.1``; part h's add ``@`` and the configuration); a setting of
+name without the dataset and the tokens every part shares (``short_name``: ``single-k1``,
+``average-k4-os-local``, ``scaffold-k4-gn-os-local-skew0.1``; part h's add ``@`` and the configuration); a setting of
 another part is ``PART:SETTING``. Every statistic is ``gpcnn.study.report``'s: the mean over
 seeds, the difference of two settings' means with its standard error, and the study's rule, *real*
 only when the difference exceeds twice that standard error, else *within noise*.
@@ -23,6 +23,13 @@ only when the difference exceeds twice that standard error, else *within noise*.
     ``docs/img/study/seconds-FILE.json``'s median seconds per epoch, 1 decimal; with a reference,
     the setting's extra time over it in percent, signed, 1 decimal; with a round (from 1), that
     round's seconds instead of the median.
+``times/FILE/SETTING/REFERENCE``
+    how many times the reference's seconds per epoch the setting's are, 1 decimal.
+``minutes/PART/SETTING/TARGET/FILE``
+    the mean over the seeds that reach TARGET of their epochs to it times the setting's median
+    seconds per epoch in ``seconds-FILE.json``, in minutes, 1 decimal.
+``spread/PART/EPOCH/SETTING+SETTING+...``
+    the largest minus the smallest of the settings' mean accuracies, in points, 1 decimal.
 ``extra-merge/FILE/SETTING/REFERENCE``
     the seconds one more merge per epoch costs: the two settings' difference over the difference
     of their merges per epoch (the ``m`` token of the name), 1 decimal.
@@ -45,7 +52,7 @@ from gpcnn.study.doc_numbers import MissingSource
 STUDY = Path("docs/img/study")
 DATASETS = ("fashion-mnist-", "mnist-sample-")
 # Tokens of a setting's name that every part shares (the study's defaults): left out of short names.
-COMMON = {"m1", "shuffled", "bn", "cnn", "momentum", "os", "local"}
+COMMON = {"m1", "shuffled", "bn", "cnn", "momentum"}
 
 
 def short_name(first_row: dict) -> str:
@@ -188,6 +195,27 @@ def _seconds(results: Results, file, setting, reference=None, round_=None) -> st
     return f"{100 * (seconds[setting] / seconds[reference] - 1):+.1f} %".replace("-", "−")
 
 
+def _times(results: Results, file, setting, reference) -> str:
+    seconds = results.seconds(file)
+    if setting not in seconds or reference not in seconds:
+        raise MissingSource(f"seconds-{file}.json: no {setting} against {reference}")
+    return f"{seconds[setting] / seconds[reference]:.1f}"
+
+
+def _minutes(results: Results, part, setting, target, file) -> str:
+    seconds = results.seconds(file)
+    found = [report.epochs_to(h, float(target)) for h in results.setting(part, setting)]
+    reached = [e for e in found if e is not None]
+    if setting.split(":")[-1] not in seconds or not reached:
+        raise MissingSource(f"{part}:{setting}: no time to {target} with seconds-{file}.json")
+    return f"{statistics.fmean(reached) * seconds[setting.split(':')[-1]] / 60:.1f}"
+
+
+def _spread(results: Results, part, epoch, settings) -> str:
+    means = [statistics.fmean(results.values(part, s, float(epoch))) for s in settings.split("+")]
+    return points(100 * (max(means) - min(means)))
+
+
 def merges_per_epoch(setting: str) -> int:
     """The merges per epoch in a short name (``m4``; none: once per epoch)."""
     found = re.search(r"(?:^|-)m(\d+)(?:-|$)", setting)
@@ -217,6 +245,9 @@ COMPUTATIONS: dict[str, Callable[..., str]] = {
     "runs": _runs,
     "seeds": _seeds,
     "sec": _seconds,
+    "times": _times,
+    "minutes": _minutes,
+    "spread": _spread,
     "extra-merge": _extra_merge,
 }
 

@@ -13,8 +13,10 @@ part h's hopper, part j's fit of the gap against K, the drift ratio, the loading
     runs of parts a and f at K <= 8 (``gpcnn.study.prediction``), the rule's own exponent
     (HOW ``alone``: ``fit_gap_model``) or one shared by part j's three settings (``shared``:
     ``fit_gap_models``); FORM ``value``, ``interval`` (its 90 % interval for 2 seeds), ``p``,
-    ``a`` or ``score`` (whether part j's measured mean is inside). ``measured/RULE-mM/K``: that
-    mean, the gap to the mean of the one-worker runs, 2 decimals.
+    ``a``, ``residual`` (the residuals' sd), ``points`` (each seed's gap fitted on, by K) or
+    ``score`` (whether part j's measured mean is inside). ``measured/RULE-mM/K``: that
+    mean, the gap to the mean of the one-worker runs, 2 decimals. ``fit/held``: how many of the
+    shared fit's intervals at K = 2 and 16 hold the measured mean.
 ``drift/PART/RULE``
     the range over the part's runs of RULE (``all``: every run) of the mean drift ratio of epochs
     1 to 3, 2 decimals; a sub-folder of a part is written with a dot (``j.early``).
@@ -147,9 +149,13 @@ def _fit(results: Results, how: str, setting: str, k: str, form: str) -> str:
     value, low, high = model.predict(int(k), seeds=SEEDS, level=LEVEL)
     texts = {
         "value": lambda: f"{value:.2f}",
-        "interval": lambda: f"{value:.2f} [{low:.2f}, {high:.2f}]",
+        "interval": lambda: f"{value:.2f} [{low:.2f}, {high:.2f}]".replace("-", "−"),
         "p": lambda: f"{model.p:g}",
         "a": lambda: f"{model.a:.3f}",
+        "residual": lambda: f"{model.residual_sd:.2f}",
+        "points": lambda: "; ".join(
+            f"{k}: " + ", ".join(f"{g:.2f}" for g in gaps) for k, gaps in model.points.gaps.items()
+        ).replace("-", "−"),
         "score": lambda: (
             "inside" if low <= _measured_mean(results, setting, int(k)) <= high else "outside"
         ),
@@ -159,8 +165,20 @@ def _fit(results: Results, how: str, setting: str, k: str, form: str) -> str:
     return texts[form]()
 
 
+def _held(results: Results) -> str:
+    """How many of part j's predictions (the shared fit, K = 2 and 16) held."""
+    models = prediction.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
+    held = total = 0
+    for setting, model in zip(FIT_SETTINGS, models, strict=True):
+        for k in (2, 16):
+            _, low, high = model.predict(k, seeds=SEEDS, level=LEVEL)
+            held += low <= _measured_mean(results, setting, k) <= high
+            total += 1
+    return f"{held} of {total}"
+
+
 def _measured(results: Results, setting: str, k: str) -> str:
-    return f"{_measured_mean(results, setting, int(k)):.2f}"
+    return f"{_measured_mean(results, setting, int(k)):.2f}".replace("-", "−")
 
 
 def _drift(results: Results, part: str, rule: str) -> str:
@@ -190,6 +208,7 @@ SOURCES: dict[str, Callable[..., str]] = {
     "hopper/first-to-90": _first_to_90,
     "hopper/ahead": _ahead,
     "hopper/real": _real,
+    "fit/held": _held,
     "fit": _fit,
     "measured": _measured,
     "drift": _drift,
