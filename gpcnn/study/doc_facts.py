@@ -3,10 +3,11 @@
 A key is a computation and its arguments, separated by ``/``. A part is a folder of
 ``docs/img/study/`` and its ``history.csv``; a setting is named by its short name, the setting's
 name without the dataset and the tokens every part shares (``short_name``: ``single-k1``,
-``average-k4-os-local``, ``scaffold-k4-gn-os-local-skew0.1``; part h's add ``@`` and the configuration); a setting of
-another part is ``PART:SETTING``. Every statistic is ``gpcnn.study.report``'s: the mean over
-seeds, the difference of two settings' means with its standard error, and the study's rule, *real*
-only when the difference exceeds twice that standard error, else *within noise*.
+``average-k4-os-local``, ``scaffold-k4-gn-os-local-skew0.1``; part h's add ``@`` and the
+configuration); a setting of another part is ``PART:SETTING``. Every statistic is
+``gpcnn.study.report``'s: the mean over seeds, the difference of two settings' means with its
+standard error, and the study's rule, *real* only when the difference exceeds twice that standard
+error, else *within noise*.
 
 ``acc/PART/SETTING/EPOCH``
     mean validation accuracy over the seeds, 4 decimals.
