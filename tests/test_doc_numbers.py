@@ -67,6 +67,16 @@ def test_the_generated_sections_hold_no_typed_measurement(page, start, end):
     assert typed == [], f"{page}: numbers typed beside the markers: {typed}"
 
 
+def test_no_number_marker_begins_a_line():
+    """A line that begins with an HTML comment opens an HTML block in Markdown, which would cut the
+    paragraph around the number; only a block span (a table, its text set off by blank lines) may."""
+    for page in doc_numbers.PAGES:
+        for span in doc_numbers.spans(page, (ROOT / page).read_text()):
+            if not span.text.startswith("\n"):
+                line = (ROOT / page).read_text().split("\n")[span.line - 1]
+                assert not line.lstrip().startswith("<!-- n:"), f"{page}:{span.line} {span.key}"
+
+
 def test_a_marked_number_whose_source_is_missing_fails(tmp_path):
     page = tmp_path / "docs" / "convergence.md"
     page.parent.mkdir()

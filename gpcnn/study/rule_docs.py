@@ -46,6 +46,11 @@ def per_key() -> str:
     return listed([name for name, rule in _rules().items() if rule.needs_segments])
 
 
+def own_start() -> str:
+    """The rules whose segments each start from a model of their own."""
+    return listed([name for name, rule in _rules().items() if rule.per_segment])
+
+
 def from_gradients() -> str:
     """The rules whose local steps return state the segments compute from their steps."""
     found = [name for name, rule in _rules().items() if local_steps.returns(rule.in_database())]
@@ -103,6 +108,7 @@ NAMED: dict[str, Callable[[], str]] = {
     "rules/names": names,
     "rules/merged-in-database": merged_in_database,
     "rules/per-key": per_key,
+    "rules/own-start": own_start,
     "rules/from-gradients": from_gradients,
     "rules/unknown": unknown_rule_message,
     "rules/table": table,
