@@ -91,8 +91,11 @@ class Results:
         if part not in self._parts:
             rows = report.read_csv(self.file(STUDY / part / "history.csv"))
             grouped: dict[str, list[list[dict]]] = {}
-            for histories in report.settings(_by_configuration(rows)).values():
-                grouped.setdefault(short_name(histories[0][0]), []).extend(histories)
+            for setting, histories in report.settings(_by_configuration(rows)).items():
+                short = short_name(histories[0][0])
+                if short in grouped:  # two settings would be mixed under one key
+                    raise ValueError(f"part {part}: {setting} is {short} too")
+                grouped[short] = histories
             self._parts[part] = grouped
         return self._parts[part]
 

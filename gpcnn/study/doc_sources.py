@@ -38,8 +38,10 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from gpcnn.fit import forecast
-from gpcnn.study import prediction, report
+# Named as their modules are after the layout's renames (gpcnn.fit.forecast.gap_law, .early_warning).
+from gpcnn.fit import forecast as early_warning
+from gpcnn.study import prediction as gap_law
+from gpcnn.study import report
 from gpcnn.study.doc_facts import Results, computed
 from gpcnn.study.doc_numbers import MissingSource
 from gpcnn.study.rule_docs import NAMED as RULE_FACTS
@@ -116,7 +118,7 @@ def _real(results: Results, epoch: str, merge: str) -> str:
 
 def _iid_rows(results: Results, parts: tuple[str, ...]) -> list[dict]:
     """The IID history rows of ``parts``, a run found in two parts counted once (as
-    ``study/study_prediction.py`` fits them)."""
+    part j's prediction was fitted on them)."""
     rows, seen = [], set()
     for part in parts:
         for histories in results.part(part).values():
@@ -127,21 +129,21 @@ def _iid_rows(results: Results, parts: tuple[str, ...]) -> list[dict]:
     return rows
 
 
-def _gaps(results: Results, parts: tuple[str, ...]) -> dict[str, prediction.GapPoints]:
-    found = prediction.gap_points(_iid_rows(results, parts), FIT_EPOCH)
+def _gaps(results: Results, parts: tuple[str, ...]) -> dict[str, gap_law.GapPoints]:
+    found = gap_law.gap_points(_iid_rows(results, parts), FIT_EPOCH)
     return {f"{p.rule}-m{p.merges_per_epoch:g}": p for p in found if not p.early_merges}
 
 
-def _fitted_on(results: Results, setting: str) -> prediction.GapPoints:
+def _fitted_on(results: Results, setting: str) -> gap_law.GapPoints:
     points = _gaps(results, FIT_PARTS).get(setting)
     if points is None:
         raise MissingSource(f"parts {', '.join(FIT_PARTS)} have no IID {setting}")
     gaps = {k: g for k, g in points.gaps.items() if k <= FIT_MAX_K}
-    return prediction.GapPoints(points.rule, points.merges_per_epoch, gaps)
+    return gap_law.GapPoints(points.rule, points.merges_per_epoch, gaps)
 
 
 def _measured_mean(results: Results, setting: str, k: int) -> float:
-    gaps = _gaps(results, (*FIT_PARTS, "j")).get(setting, prediction.GapPoints("", 1, {})).gaps
+    gaps = _gaps(results, (*FIT_PARTS, "j")).get(setting, gap_law.GapPoints("", 1, {})).gaps
     if k not in gaps:
         raise MissingSource(f"no measured {setting} at K = {k}")
     return statistics.fmean(gaps[k])
@@ -149,9 +151,9 @@ def _measured_mean(results: Results, setting: str, k: int) -> float:
 
 def _fit(results: Results, how: str, setting: str, k: str, form: str) -> str:
     if how == "alone":
-        model = prediction.fit_gap_model(_fitted_on(results, setting))
+        model = gap_law.fit_gap_model(_fitted_on(results, setting))
     elif how == "shared":
-        models = prediction.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
+        models = gap_law.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
         model = models[FIT_SETTINGS.index(setting)]
     else:
         raise MissingSource(f"fit/{how}: alone or shared")
@@ -176,7 +178,7 @@ def _fit(results: Results, how: str, setting: str, k: str, form: str) -> str:
 
 def _held(results: Results) -> str:
     """How many of part j's predictions (the shared fit, K = 2 and 16) held."""
-    models = prediction.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
+    models = gap_law.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
     held = total = 0
     for setting, model in zip(FIT_SETTINGS, models, strict=True):
         for k in (2, 16):
@@ -205,7 +207,7 @@ def _drift(results: Results, part: str, rule: str) -> str:
 def _early_points(results: Results, parts: str) -> list[tuple[float, float]]:
     """(early drift ratio, gap to one worker at epoch 15 in points) of every run of ``parts``
     (``+``-joined) with the diagnostics; a 3-epoch rerun takes its final accuracy from the run of
-    the same name in ``FINALS``, as ``study/study_early_warning.py`` pairs them."""
+    the same name in ``FINALS``, as the study's early-warning script pairs them."""
     single = statistics.fmean(results.values("a", "single-k1", FINAL_EPOCH))
     finals = {
         h[0]["run"]: report.at_epoch(h, FINAL_EPOCH, "val_accuracy")
@@ -229,11 +231,11 @@ def _early_points(results: Results, parts: str) -> list[tuple[float, float]]:
 
 def _warning(results: Results, what: str, parts: str | None = None) -> str:
     if what == "stated":
-        return f"{forecast.ERROR:.1f}"
-    misses = [gap - forecast.line_gap(early) for early, gap in _early_points(results, parts)]
+        return f"{early_warning.ERROR:.1f}"
+    misses = [gap - early_warning.line_gap(early) for early, gap in _early_points(results, parts)]
     texts = {
         "rms": lambda: f"{statistics.fmean(m * m for m in misses) ** 0.5:.1f}",
-        "within": lambda: f"{sum(abs(m) <= forecast.ERROR for m in misses)} of {len(misses)}",
+        "within": lambda: f"{sum(abs(m) <= early_warning.ERROR for m in misses)} of {len(misses)}",
         "runs": lambda: str(len(misses)),
         "under": lambda: f"{min(m for m in misses if m > 0):.0f}–{max(misses):.0f}",
     }
