@@ -11,10 +11,14 @@ error, else *within noise*.
 
 ``acc/PART/SETTING/EPOCH``
     mean validation accuracy over the seeds, 4 decimals.
+``cell/PART/SETTING/EPOCH``
+    mean ± sd over the seeds (``report.cell``: 4 decimals; the mean alone for one seed).
+``window/PART/SETTING/FIRST/LAST``
+    the mean over seeds of each seed's mean accuracy over epochs FIRST to LAST, 4 decimals.
 ``gap/PART/SETTING/REFERENCE/EPOCH/FORM``
     the setting's mean validation accuracy minus the reference's, in points (× 100), as FORM:
     ``pts`` its size with 1 decimal, ``pts2`` with 2, ``pm`` signed with ± twice the standard
-    error (2 decimals), ``verdict`` the rule's word, ``says`` "within noise of" or "X points
+    error (2 decimals), ``pmv`` that and the verdict in brackets, ``verdict`` the rule's word, ``says`` "within noise of" or "X points
     below" / "above" (1 decimal: the verdict decides which).
 ``epochs/PART/SETTING/TARGET``
     mean epochs to TARGET validation accuracy over the seeds that reached it, 1 decimal.
@@ -162,11 +166,13 @@ def gap_text(diff: float, se: float | None, verdict: str, form: str) -> str:
         return verdict
     if form == "pm":
         return signed(diff) + ("" if se is None else f" ± {2 * se:.2f}")
+    if form == "pmv":
+        return f"{gap_text(diff, se, verdict, 'pm')} ({verdict})"
     if form == "says":
         if verdict == "within noise":
             return "within noise of"
         return f"{points(diff)} points {'below' if diff < 0 else 'above'}"
-    raise MissingSource(f"no form {form!r}: pts, pts2, pm, verdict or says")
+    raise MissingSource(f"no form {form!r}: pts, pts2, pm, pmv, verdict or says")
 
 
 def _gap(results: Results, part, setting, reference, epoch, form) -> str:
@@ -179,6 +185,20 @@ def _gap(results: Results, part, setting, reference, epoch, form) -> str:
 
 def _acc(results: Results, part, setting, epoch) -> str:
     return f"{statistics.fmean(results.values(part, setting, float(epoch))):.4f}"
+
+
+def _cell(results: Results, part, setting, epoch) -> str:
+    return report.cell(results.values(part, setting, float(epoch)))
+
+
+def _window(results: Results, part, setting, first, last) -> str:
+    """The mean over seeds of each seed's mean accuracy over epochs ``first`` to ``last``."""
+    epochs = range(int(first), int(last) + 1)
+    means = [
+        statistics.fmean(results.values(part, setting, e)[i] for e in epochs)
+        for i in range(len(results.setting(part, setting)))
+    ]
+    return f"{statistics.fmean(means):.4f}"
 
 
 def _epochs(results: Results, part, setting, target) -> str:
@@ -244,6 +264,8 @@ def _seeds(results: Results, part, setting) -> str:
 
 COMPUTATIONS: dict[str, Callable[..., str]] = {
     "acc": _acc,
+    "cell": _cell,
+    "window": _window,
     "gap": _gap,
     "epochs": _epochs,
     "runs": _runs,
