@@ -18,8 +18,9 @@ error, else *within noise*.
 ``gap/PART/SETTING/REFERENCE/EPOCH/FORM``
     the setting's mean validation accuracy minus the reference's, in points (× 100), as FORM:
     ``pts`` its size with 1 decimal, ``pts2`` with 2, ``pm`` signed with ± twice the standard
-    error (2 decimals), ``pmv`` that and the verdict in brackets, ``verdict`` the rule's word, ``says`` "within noise of" or "X points
-    below" / "above" (1 decimal: the verdict decides which).
+    error (2 decimals), ``pmv`` that and the verdict in brackets, ``verdict`` the rule's word,
+    ``says`` "within noise of" or "X points below" / "above" (1 decimal: the verdict decides
+    which).
 ``epochs/PART/SETTING/TARGET``
     mean epochs to TARGET validation accuracy over the seeds that reached it, 1 decimal.
 ``runs/PART``, ``seeds/PART/SETTING``

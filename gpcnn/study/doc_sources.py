@@ -38,10 +38,8 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-# Named as their modules are after the layout's renames (gpcnn.fit.forecast.gap_law, .early_warning).
-from gpcnn.fit import forecast as early_warning
-from gpcnn.study import prediction as gap_law
-from gpcnn.study import report
+from gpcnn.fit import forecast
+from gpcnn.study import prediction, report
 from gpcnn.study.doc_facts import Results, computed
 from gpcnn.study.doc_numbers import MissingSource
 from gpcnn.study.rule_docs import NAMED as RULE_FACTS
@@ -129,21 +127,21 @@ def _iid_rows(results: Results, parts: tuple[str, ...]) -> list[dict]:
     return rows
 
 
-def _gaps(results: Results, parts: tuple[str, ...]) -> dict[str, gap_law.GapPoints]:
-    found = gap_law.gap_points(_iid_rows(results, parts), FIT_EPOCH)
+def _gaps(results: Results, parts: tuple[str, ...]) -> dict[str, prediction.GapPoints]:
+    found = prediction.gap_points(_iid_rows(results, parts), FIT_EPOCH)
     return {f"{p.rule}-m{p.merges_per_epoch:g}": p for p in found if not p.early_merges}
 
 
-def _fitted_on(results: Results, setting: str) -> gap_law.GapPoints:
+def _fitted_on(results: Results, setting: str) -> prediction.GapPoints:
     points = _gaps(results, FIT_PARTS).get(setting)
     if points is None:
         raise MissingSource(f"parts {', '.join(FIT_PARTS)} have no IID {setting}")
     gaps = {k: g for k, g in points.gaps.items() if k <= FIT_MAX_K}
-    return gap_law.GapPoints(points.rule, points.merges_per_epoch, gaps)
+    return prediction.GapPoints(points.rule, points.merges_per_epoch, gaps)
 
 
 def _measured_mean(results: Results, setting: str, k: int) -> float:
-    gaps = _gaps(results, (*FIT_PARTS, "j")).get(setting, gap_law.GapPoints("", 1, {})).gaps
+    gaps = _gaps(results, (*FIT_PARTS, "j")).get(setting, prediction.GapPoints("", 1, {})).gaps
     if k not in gaps:
         raise MissingSource(f"no measured {setting} at K = {k}")
     return statistics.fmean(gaps[k])
@@ -151,9 +149,9 @@ def _measured_mean(results: Results, setting: str, k: int) -> float:
 
 def _fit(results: Results, how: str, setting: str, k: str, form: str) -> str:
     if how == "alone":
-        model = gap_law.fit_gap_model(_fitted_on(results, setting))
+        model = prediction.fit_gap_model(_fitted_on(results, setting))
     elif how == "shared":
-        models = gap_law.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
+        models = prediction.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
         model = models[FIT_SETTINGS.index(setting)]
     else:
         raise MissingSource(f"fit/{how}: alone or shared")
@@ -178,7 +176,7 @@ def _fit(results: Results, how: str, setting: str, k: str, form: str) -> str:
 
 def _held(results: Results) -> str:
     """How many of part j's predictions (the shared fit, K = 2 and 16) held."""
-    models = gap_law.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
+    models = prediction.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
     held = total = 0
     for setting, model in zip(FIT_SETTINGS, models, strict=True):
         for k in (2, 16):
@@ -231,11 +229,11 @@ def _early_points(results: Results, parts: str) -> list[tuple[float, float]]:
 
 def _warning(results: Results, what: str, parts: str | None = None) -> str:
     if what == "stated":
-        return f"{early_warning.ERROR:.1f}"
-    misses = [gap - early_warning.line_gap(early) for early, gap in _early_points(results, parts)]
+        return f"{forecast.ERROR:.1f}"
+    misses = [gap - forecast.line_gap(early) for early, gap in _early_points(results, parts)]
     texts = {
         "rms": lambda: f"{statistics.fmean(m * m for m in misses) ** 0.5:.1f}",
-        "within": lambda: f"{sum(abs(m) <= early_warning.ERROR for m in misses)} of {len(misses)}",
+        "within": lambda: f"{sum(abs(m) <= forecast.ERROR for m in misses)} of {len(misses)}",
         "runs": lambda: str(len(misses)),
         "under": lambda: f"{min(m for m in misses if m > 0):.0f}–{max(misses):.0f}",
     }
