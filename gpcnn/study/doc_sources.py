@@ -1,6 +1,7 @@
-"""The study's computations that are not one setting against another (``gpcnn.study.doc_facts``):
-part h's hopper, part j's fit of the gap against K, the drift ratio, the loading benchmark; and
-``facts``, every key's text for ``gpcnn.study.doc_numbers``.
+"""The study's computations that are neither one setting against another (``gpcnn.study.doc_facts``)
+nor seconds per epoch (``doc_seconds``): part h's hopper, part j's fit of the gap against K, the
+drift ratio, the early warning, the loading benchmark; and ``facts``, every key's text for
+``gpcnn.study.doc_numbers``, the rule registry's (``rule_docs``) included.
 
 ``hopper/first-to-90``
     in how many of part h's configurations the hopper reaches 90 % before both merges, by the
@@ -39,10 +40,9 @@ from functools import cache
 from pathlib import Path
 
 from gpcnn.fit import forecast
-from gpcnn.study import prediction, report
-from gpcnn.study.doc_facts import Results, computed
+from gpcnn.study import doc_facts, doc_seconds, prediction, report, rule_docs
 from gpcnn.study.doc_numbers import MissingSource
-from gpcnn.study.rule_docs import NAMED as RULE_FACTS
+from gpcnn.study.doc_results import Results
 
 LOADING = Path("bench/results/loading.json")
 # The loading benchmark's rows by a short name (its table names them in prose).
@@ -193,7 +193,7 @@ def _measured(results: Results, setting: str, k: str) -> str:
 def _drift(results: Results, part: str, rule: str) -> str:
     early = [
         statistics.fmean(r["drift_ratio"] for r in h if r["epoch"] <= 3)
-        for histories in results.part(part.replace(".", "/")).values()
+        for histories in results.part(part).values()
         for h in histories
         if h[0].get("drift_ratio") is not None and rule in ("all", h[0]["merge"])
     ]
@@ -215,7 +215,7 @@ def _early_points(results: Results, parts: str) -> list[tuple[float, float]]:
     }
     found = []
     for part in parts.split("+"):
-        for histories in results.part(part.replace(".", "/")).values():
+        for histories in results.part(part).values():
             for h in (h for h in histories if h[0].get("drift_ratio") is not None):
                 final = report.at_epoch(h, FINAL_EPOCH, "val_accuracy") or finals.get(h[0]["run"])
                 if final is None:
@@ -266,6 +266,20 @@ SOURCES: dict[str, Callable[..., str]] = {
 }
 
 
+COMPUTATIONS = {**doc_facts.COMPUTATIONS, **doc_seconds.COMPUTATIONS}
+
+
+def computed(results: Results, key: str) -> str:
+    """What ``key`` renders to, from ``results``; ``MissingSource`` if it cannot be computed."""
+    name, *arguments = key.split("/")
+    if name not in COMPUTATIONS:
+        raise MissingSource(f"{key}: no computation {name!r}")
+    try:
+        return COMPUTATIONS[name](results, *arguments)
+    except (TypeError, ValueError) as error:  # the wrong number of arguments, a bad epoch
+        raise MissingSource(f"{key}: {error}") from None
+
+
 def facts(root: Path) -> Callable[[str], str]:
     """Key -> its text, from the stored results under the repository's ``root`` (each computed
     once); ``MissingSource`` for a key no computation knows or whose results are missing."""
@@ -273,8 +287,8 @@ def facts(root: Path) -> Callable[[str], str]:
 
     @cache
     def fact(key: str) -> str:
-        if key in RULE_FACTS:
-            return RULE_FACTS[key]()
+        if key in rule_docs.NAMED:
+            return rule_docs.NAMED[key]()
         for name, compute in SOURCES.items():
             if key == name or key.startswith(name + "/"):
                 arguments = key[len(name) + 1 :].split("/") if key != name else []
