@@ -4,7 +4,8 @@ interleaved rounds, and each round's), read by ``gpcnn.study.doc_results``.
 
 ``sec/FILE/SETTING[/REFERENCE[/ROUND]]``
     the median seconds per epoch, 1 decimal; with a reference, the setting's extra time over it in
-    percent, signed, 1 decimal; with a round (from 1), that round's seconds instead of the median.
+    percent, signed, 1 decimal; with a round (from 1), that round's seconds instead of the median
+    (``sec/FILE/SETTING/-/ROUND``: the round's own seconds).
 ``rounds/FILE/SETTING``
     the median seconds per epoch and the range of the rounds, 1 decimal.
 ``times/FILE/SETTING/REFERENCE``
@@ -33,6 +34,7 @@ from gpcnn.study.doc_results import STUDY, Results, short_name
 
 def _seconds(results: Results, file, setting, reference=None, round_=None) -> str:
     seconds = results.seconds(file, None if round_ is None else int(round_))
+    reference = None if reference == "-" else reference
     missing = [s for s in (setting, reference) if s is not None and s not in seconds]
     if missing:
         raise MissingSource(f"seconds-{file}.json has no {', '.join(missing)}")
