@@ -1,6 +1,6 @@
 """The study's computations that are neither one setting against another (``gpcnn.study.doc_facts``)
-nor seconds per epoch (``doc_seconds``): part h's hopper, part j's fit of the gap against K, the
-drift ratio, the early warning, the loading benchmark; and ``facts``, every key's text for
+nor seconds per epoch (``doc_seconds``) nor the early warning (``doc_warning``): part h's hopper,
+part j's fit of the gap against K, the drift ratio, the loading benchmark; and ``facts``, every key's text for
 ``gpcnn.study.doc_numbers``, the rule registry's (``rule_docs``) included.
 
 ``hopper/first-to-90``
@@ -21,12 +21,6 @@ drift ratio, the early warning, the loading benchmark; and ``facts``, every key'
 ``drift/PART/RULE``
     the range over the part's runs of RULE (``all``: every run) of the mean drift ratio of epochs
     1 to 3, 2 decimals; a sub-folder of a part is written with a dot (``j.early``).
-``warning/stated``, ``warning/WHAT/PARTS``
-    the early warning a fit logs (``gpcnn.fit.forecast``: a line in the mean drift ratio of epochs
-    1 to 3) scored on the runs of PARTS (``+``-joined) with the diagnostics against their gap to
-    part a's one worker at epoch 15: WHAT ``rms`` (the root-mean-square miss, 1 decimal),
-    ``within`` (how many within the line's stated error), ``runs``, ``under`` (the range of the
-    misses where it forecast too little, 0 decimals); ``stated``: that error.
 ``loading/skew-share``, ``loading/seconds/ROW``
     ``bench/results/loading.json``: the label-skew count's share of ``load_images`` at K = 2 (the
     median of the paired rounds' ratios), and a row's median seconds (2 decimals).
@@ -39,8 +33,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from gpcnn.fit import forecast
-from gpcnn.study import doc_facts, doc_seconds, prediction, report, rule_docs
+from gpcnn.study import doc_facts, doc_seconds, doc_warning, prediction, report, rule_docs
 from gpcnn.study.doc_numbers import MissingSource
 from gpcnn.study.doc_results import Results
 
@@ -57,8 +50,6 @@ LOADING_ROWS = {
 FIT_PARTS = ("a", "f")  # what part j's prediction was fitted on, before its runs
 FIT_EPOCH, FIT_MAX_K, LEVEL, SEEDS = 15.0, 8, 0.9, 2
 FIT_SETTINGS = ("average-m1", "bmuf-m1", "bmuf-m4")  # part j's, as RULE-mM
-FINAL_EPOCH, EARLY_EPOCHS = 15.0, 3.0
-FINALS = ("a", "f", "c", "g")  # the 15-epoch runs that 3-epoch reruns repeat
 
 
 def _configurations(results: Results) -> list[str]:
@@ -202,46 +193,6 @@ def _drift(results: Results, part: str, rule: str) -> str:
     return f"{min(early):.2f}–{max(early):.2f}"
 
 
-def _early_points(results: Results, parts: str) -> list[tuple[float, float]]:
-    """(early drift ratio, gap to one worker at epoch 15 in points) of every run of ``parts``
-    (``+``-joined) with the diagnostics; a 3-epoch rerun takes its final accuracy from the run of
-    the same name in ``FINALS``, as the study's early-warning script pairs them."""
-    single = statistics.fmean(results.values("a", "single-k1", FINAL_EPOCH))
-    finals = {
-        h[0]["run"]: report.at_epoch(h, FINAL_EPOCH, "val_accuracy")
-        for part in FINALS
-        for histories in results.part(part).values()
-        for h in histories
-    }
-    found = []
-    for part in parts.split("+"):
-        for histories in results.part(part).values():
-            for h in (h for h in histories if h[0].get("drift_ratio") is not None):
-                final = report.at_epoch(h, FINAL_EPOCH, "val_accuracy") or finals.get(h[0]["run"])
-                if final is None:
-                    raise MissingSource(f"{h[0]['run']}: no final accuracy in {', '.join(FINALS)}")
-                early = statistics.fmean(r["drift_ratio"] for r in h if r["epoch"] <= EARLY_EPOCHS)
-                found.append((early, 100 * (single - final)))
-    if not found:
-        raise MissingSource(f"{parts}: no run with the diagnostics")
-    return found
-
-
-def _warning(results: Results, what: str, parts: str | None = None) -> str:
-    if what == "stated":
-        return f"{forecast.ERROR:.1f}"
-    misses = [gap - forecast.line_gap(early) for early, gap in _early_points(results, parts)]
-    texts = {
-        "rms": lambda: f"{statistics.fmean(m * m for m in misses) ** 0.5:.1f}",
-        "within": lambda: f"{sum(abs(m) <= forecast.ERROR for m in misses)} of {len(misses)}",
-        "runs": lambda: str(len(misses)),
-        "under": lambda: f"{min(m for m in misses if m > 0):.0f}–{max(misses):.0f}",
-    }
-    if what not in texts:
-        raise MissingSource(f"warning: no {what!r}: stated, {', '.join(texts)}")
-    return texts[what]()
-
-
 def _loading(results: Results, what: str, row: str | None = None) -> str:
     seconds = results.json(LOADING)["data"]["seconds"]
     if what == "skew-share":
@@ -261,12 +212,11 @@ SOURCES: dict[str, Callable[..., str]] = {
     "fit": _fit,
     "measured": _measured,
     "drift": _drift,
-    "warning": _warning,
     "loading": _loading,
 }
 
 
-COMPUTATIONS = {**doc_facts.COMPUTATIONS, **doc_seconds.COMPUTATIONS}
+COMPUTATIONS = {**doc_facts.COMPUTATIONS, **doc_seconds.COMPUTATIONS, **doc_warning.COMPUTATIONS}
 
 
 def computed(results: Results, key: str) -> str:
