@@ -6,10 +6,11 @@ A measured number in a Markdown page is a marked span::
 
 The comments are invisible on the site and on GitHub; the key names the computation and its
 source (``gpcnn.study.doc_facts``, ``doc_seconds``, ``doc_warning`` and ``doc_sources`` list the
-keys), the text between the comments is what the key renders to. ``rewrite`` renders every span of the pages
-again from the stored results, so that a part rerun updates its prose; ``differences`` says which
-spans differ, which a test runs on the committed pages (``gpcnn study-docs --check``). A span may
-hold several lines: a generated table or list, set off by blank lines.
+keys), the text between the comments is what the key renders to. ``rewrite`` renders every span
+of the pages again from the stored results, so that a part rerun updates its prose;
+``differences`` says which spans differ, which a test runs on the committed pages
+(``gpcnn study-docs --check``). A span may hold several lines: a generated table or list, set off
+by blank lines.
 """
 
 from __future__ import annotations
