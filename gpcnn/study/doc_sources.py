@@ -11,7 +11,7 @@ part j's fit of the gap against K, the drift ratio, the loading benchmark; and `
     at epoch 1, else 1), and ``hopper/real/EPOCH/MERGE`` in how many configurations it is real.
 ``fit/HOW/RULE-mM/K/FORM``
     the gap to one worker at epoch 15 predicted for K by ``gap(K) = a (K - 1)^p`` fitted on the IID
-    runs of parts a and f at K <= 8 (``gpcnn.study.prediction``), the rule's own exponent
+    runs of parts a and f at K <= 8 (``gpcnn.fit.forecast.gap_law``), the rule's own exponent
     (HOW ``alone``: ``fit_gap_model``) or one shared by part j's three settings (``shared``:
     ``fit_gap_models``); FORM ``value``, ``interval`` (its 90 % interval for 2 seeds), ``p``,
     ``a``, ``residual`` (the residuals' sd), ``points`` (each seed's gap fitted on, by K) or
@@ -33,7 +33,8 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-from gpcnn.study import doc_facts, doc_seconds, doc_warning, prediction, report, rule_docs
+from gpcnn.fit.forecast import gap_law
+from gpcnn.study import doc_facts, doc_seconds, doc_warning, report, rule_docs
 from gpcnn.study.doc_numbers import MissingSource
 from gpcnn.study.doc_results import Results
 
@@ -118,21 +119,21 @@ def _iid_rows(results: Results, parts: tuple[str, ...]) -> list[dict]:
     return rows
 
 
-def _gaps(results: Results, parts: tuple[str, ...]) -> dict[str, prediction.GapPoints]:
-    found = prediction.gap_points(_iid_rows(results, parts), FIT_EPOCH)
+def _gaps(results: Results, parts: tuple[str, ...]) -> dict[str, gap_law.GapPoints]:
+    found = gap_law.gap_points(_iid_rows(results, parts), FIT_EPOCH)
     return {f"{p.rule}-m{p.merges_per_epoch:g}": p for p in found if not p.early_merges}
 
 
-def _fitted_on(results: Results, setting: str) -> prediction.GapPoints:
+def _fitted_on(results: Results, setting: str) -> gap_law.GapPoints:
     points = _gaps(results, FIT_PARTS).get(setting)
     if points is None:
         raise MissingSource(f"parts {', '.join(FIT_PARTS)} have no IID {setting}")
     gaps = {k: g for k, g in points.gaps.items() if k <= FIT_MAX_K}
-    return prediction.GapPoints(points.rule, points.merges_per_epoch, gaps)
+    return gap_law.GapPoints(points.rule, points.merges_per_epoch, gaps)
 
 
 def _measured_mean(results: Results, setting: str, k: int) -> float:
-    gaps = _gaps(results, (*FIT_PARTS, "j")).get(setting, prediction.GapPoints("", 1, {})).gaps
+    gaps = _gaps(results, (*FIT_PARTS, "j")).get(setting, gap_law.GapPoints("", 1, {})).gaps
     if k not in gaps:
         raise MissingSource(f"no measured {setting} at K = {k}")
     return statistics.fmean(gaps[k])
@@ -140,9 +141,9 @@ def _measured_mean(results: Results, setting: str, k: int) -> float:
 
 def _fit(results: Results, how: str, setting: str, k: str, form: str) -> str:
     if how == "alone":
-        model = prediction.fit_gap_model(_fitted_on(results, setting))
+        model = gap_law.fit_gap_model(_fitted_on(results, setting))
     elif how == "shared":
-        models = prediction.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
+        models = gap_law.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
         model = models[FIT_SETTINGS.index(setting)]
     else:
         raise MissingSource(f"fit/{how}: alone or shared")
@@ -167,7 +168,7 @@ def _fit(results: Results, how: str, setting: str, k: str, form: str) -> str:
 
 def _held(results: Results) -> str:
     """How many of part j's predictions (the shared fit, K = 2 and 16) held."""
-    models = prediction.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
+    models = gap_law.fit_gap_models([_fitted_on(results, s) for s in FIT_SETTINGS])
     held = total = 0
     for setting, model in zip(FIT_SETTINGS, models, strict=True):
         for k in (2, 16):
@@ -199,7 +200,7 @@ def _loading(results: Results, what: str, row: str | None = None) -> str:
         count, load = seconds[LOADING_ROWS["skew-count-k2"]], seconds[LOADING_ROWS["load-k2"]]
         ratios = [c / t for c, t in zip(count, load, strict=True)]
         return f"{100 * statistics.median(ratios):.1f} %"
-    if what == "seconds" and LOADING_ROWS.get(row) in seconds:
+    if what == "seconds" and row is not None and LOADING_ROWS.get(row) in seconds:
         return f"{statistics.median(seconds[LOADING_ROWS[row]]):.2f}"
     raise MissingSource(f"loading/{what}/{row}: no such row in {LOADING}")
 

@@ -8,7 +8,7 @@ epoch 15, in points; a 3-epoch rerun takes its final accuracy from the run of th
 ``warning/line``, ``warning/stated``
     the line a fit logs, and its stated error (its leave-one-out error when it was fitted).
 ``warning/fit/PARTS/WHICH/FORM``
-    ``gpcnn.study.prediction.fit_early_warning`` over the runs of PARTS, WHICH ``all``, ``iid`` or
+    ``gpcnn.fit.forecast.gap_law.fit_early_warning`` over the runs of PARTS, WHICH ``all``, ``iid`` or
     ``skewed``; FORM ``runs``, ``spearman``, ``line`` or ``error`` (leave-one-out, points).
 ``warning/WHAT/PARTS``
     the logged line scored on the runs of PARTS: WHAT ``rms`` (the root-mean-square miss),
@@ -23,8 +23,8 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpcnn.fit import forecast
-from gpcnn.study import prediction, report
+from gpcnn.fit.forecast import early_warning, gap_law
+from gpcnn.study import report
 from gpcnn.study.doc_numbers import MissingSource
 from gpcnn.study.doc_results import Results
 
@@ -42,7 +42,7 @@ class Point:
 
     @property
     def miss(self) -> float:
-        return self.gap - forecast.line_gap(self.drift)
+        return self.gap - early_warning.line_gap(self.drift)
 
 
 def points(results: Results, parts: str) -> list[Point]:
@@ -78,7 +78,7 @@ def _fit(results: Results, parts: str, which: str, form: str) -> str:
         for p in points(results, parts)
         if which == "all" or (which == "skewed") == (p.first.get("skew") is not None)
     ]
-    fit = prediction.fit_early_warning([p.drift for p in chosen], [p.gap for p in chosen])
+    fit = gap_law.fit_early_warning([p.drift for p in chosen], [p.gap for p in chosen])
     texts = {
         "runs": lambda: str(fit.runs),
         "spearman": lambda: f"{fit.rank_correlation:.2f}",
@@ -116,7 +116,7 @@ def _table(found: list[Point]) -> str:
     for name, runs in rows.items():
         cells = [
             ", ".join(f"{p.drift:.3f}" for p in runs),
-            ", ".join(f"{forecast.line_gap(p.drift):.2f}" for p in runs),
+            ", ".join(f"{early_warning.line_gap(p.drift):.2f}" for p in runs),
             ", ".join(f"{p.gap:.2f}" for p in runs),
             ", ".join(f"{p.miss:+.2f}" for p in runs),
         ]
@@ -126,17 +126,19 @@ def _table(found: list[Point]) -> str:
 
 def _scored(results: Results, what: str, parts: str | None = None) -> str:
     if what == "line":
-        return line(forecast.INTERCEPT, forecast.SLOPE)
+        return line(early_warning.INTERCEPT, early_warning.SLOPE)
     if what == "stated":
-        return f"{forecast.ERROR:.2f}"
+        return f"{early_warning.ERROR:.2f}"
+    if parts is None:
+        raise MissingSource(f"warning/{what}: name the parts it is scored on")
     found = points(results, parts)
     misses = [p.miss for p in found]
     texts = {
         "rms": lambda: f"{statistics.fmean(m * m for m in misses) ** 0.5:.2f}",
-        "within": lambda: f"{sum(abs(m) <= forecast.ERROR for m in misses)} of {len(misses)}",
+        "within": lambda: f"{sum(abs(m) <= early_warning.ERROR for m in misses)} of {len(misses)}",
         "runs": lambda: str(len(misses)),
         "spearman": lambda: (
-            f"{prediction.spearman([p.drift for p in found], [p.gap for p in found]):.2f}"
+            f"{gap_law.spearman([p.drift for p in found], [p.gap for p in found]):.2f}"
         ),
         "under": lambda: f"{min(m for m in misses if m > 0):.0f}–{max(misses):.0f}",
         "table": lambda: _table(found),

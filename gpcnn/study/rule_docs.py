@@ -60,10 +60,10 @@ def from_gradients() -> str:
 def unknown_rule_message() -> str:
     """The error ``merge=`` with an unknown name raises, as the user sees it."""
     try:
-        rules.check_options("median", None, SEGMENTS)
+        rules.check_options("mean", None, SEGMENTS)
     except ValueError as error:
         return f"`{error}`"
-    raise AssertionError('merge="median" was accepted')
+    raise AssertionError('merge="mean" was accepted')
 
 
 def _steps(rule: rules.MergeRule) -> str:
