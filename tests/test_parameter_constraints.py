@@ -48,7 +48,7 @@ def test_a_schedule_or_frequency_may_be_a_list_and_says_so():
 
 def test_choices_name_what_to_choose_and_follow_the_rule_registry():
     assert refusal(verbose=True) == "verbose must be 0, 1 or 2 (as in Keras), got True"
-    message = refusal(merge="median")
+    message = refusal(merge="mean")
     assert message.startswith("merge must be one of average, bmuf,") and "fednova" in message
     assert refusal(shuffle=1) == "shuffle must be True or False, got 1"
     assert "optimizer_state must be one of" in refusal(optimizer_state="shared")

@@ -224,7 +224,7 @@ def test_a_plugin_rule_declares_its_options_and_their_ranges(registered):
     with pytest.raises(ValueError, match=r"beta=2 is out of range: beta must be in \(0, 1\]"):
         check_options("damped", {"beta": 2}, 2)
     with pytest.raises(ValueError, match=r"choose one of average, .*, damped, corrected_prox$"):
-        check_options("median", None, 2)
+        check_options("mean", None, 2)
     with pytest.raises(ValueError, match="registered already"):
         register_rule("damped")(Damped)
 

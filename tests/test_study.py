@@ -147,7 +147,7 @@ def test_a_second_run_reuses_and_an_interrupted_run_resumes(study, db, schema):
 
 def test_unknown_rule_is_refused_before_any_work():
     with pytest.raises(ValueError, match="unknown rules"):
-        experiments.plan("mnist-sample", [2], ["average", "median"], [1], 2)
+        experiments.plan("mnist-sample", [2], ["average", "mean"], [1], 2)
 
 
 def test_merge_frequency_figure_pairs_each_rule_by_colour_and_line_style():

@@ -580,7 +580,7 @@ def test_errors_name_the_problem_before_training(db, schema, tables):
     with pytest.raises(ValueError, match="metric"):
         estimator(db, schema, tiny_cnn(), metrics=("auc",)).fit(tables[2])
     with pytest.raises(ValueError, match="merge"):
-        estimator(db, schema, tiny_cnn(), merge="median").fit(tables[2])
+        estimator(db, schema, tiny_cnn(), merge="mean").fit(tables[2])
 
 
 def test_diverging_run_stops_and_keeps_the_last_good_iteration(db, schema, tables):
