@@ -9,6 +9,7 @@ import sys
 from gpcnn.data.by_name import DATASET_NAMES
 from gpcnn.engines import DriverError, UnreachableError, dispatch_names
 from gpcnn.tools import commands, embedded, study_commands
+from gpcnn.tools.help_texts import DATABASE_OPTIONS, subcommand
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -26,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gpcnn",
         description="Train one Keras CNN data-parallel across the segments of a Greenplum-family "
         "database, and study how it converges.",
+        epilog=DATABASE_OPTIONS
+        + " 'gpcnn <command> --help' shows a command's options and examples.",
     )
     parser.add_argument("--version", action="version", version=f"gpcnn {__version__}")
     parser.add_argument(
@@ -42,12 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--dispatch",
             choices=[name for name in dispatch_names() if name],
-            help="how iterations reach the segments (default: the engine's own; 'statement' "
-            "runs PostgreSQL as Greenplum does)",
+            help="how iterations reach the segments (default: the engine's own)",
         )
         return p
 
-    db = sub.add_parser("db", help="the embedded PostgreSQL cluster")
+    db = subcommand(
+        sub,
+        "db",
+        "start, stop or inspect the embedded PostgreSQL cluster",
+        "gpcnn db start",
+        "gpcnn db url        # the URL other tools can connect with",
+    )
     db.add_argument(
         "action",
         choices=["start", "stop", "status", "url", "destroy"],
@@ -56,21 +64,52 @@ def build_parser() -> argparse.ArgumentParser:
     )
     db.set_defaults(func=commands.cmd_db)
 
-    doctor = with_database(sub.add_parser("doctor", help="check the database can run gpcnn"))
+    doctor = with_database(
+        subcommand(
+            sub,
+            "doctor",
+            "check the database can run gpcnn",
+            "gpcnn doctor",
+            "gpcnn doctor --database postgresql://gpadmin@mdw:5432/gpdb --table fm.train",
+        )
+    )
     doctor.add_argument("--json", action="store_true", help="print the report as JSON")
     doctor.add_argument(
         "--table", action="append", help="also show an image table and its label skew"
     )
     doctor.set_defaults(func=commands.cmd_doctor)
 
-    inst = with_database(sub.add_parser("install", help="install or upgrade gpcnn's functions"))
+    inst = with_database(
+        subcommand(
+            sub,
+            "install",
+            "install or upgrade gpcnn's functions",
+            "gpcnn install --database postgresql://gpadmin@mdw:5432/gpdb",
+        )
+    )
     inst.set_defaults(func=commands.cmd_install)
 
-    uninst = with_database(sub.add_parser("uninstall", help="remove gpcnn's functions and tables"))
+    uninst = with_database(
+        subcommand(
+            sub,
+            "uninstall",
+            "remove gpcnn's functions and tables",
+            "gpcnn uninstall --keep-data   # the functions only",
+        )
+    )
     uninst.add_argument("--keep-data", action="store_true", help="keep runs and the catalog")
     uninst.set_defaults(func=commands.cmd_uninstall)
 
-    runs = with_database(sub.add_parser("runs", help="stored runs: list, show, delete"))
+    runs = with_database(
+        subcommand(
+            sub,
+            "runs",
+            "list, show or delete stored runs",
+            "gpcnn runs list",
+            "gpcnn runs show 7",
+            "gpcnn runs delete 7 8",
+        )
+    )
     runs.add_argument(
         "action",
         choices=["list", "show", "delete"],
@@ -80,7 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--json", action="store_true", help="list or show as JSON")
     runs.set_defaults(func=commands.cmd_runs)
 
-    models = with_database(sub.add_parser("models", help="the model library: list, show, delete"))
+    models = with_database(
+        subcommand(
+            sub,
+            "models",
+            "list, show or delete the models stored in the model library",
+            "gpcnn models list",
+            "gpcnn models show my-cnn",
+        )
+    )
     models.add_argument(
         "action",
         choices=["list", "show", "delete"],
@@ -90,7 +137,16 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--json", action="store_true", help="list as JSON")
     models.set_defaults(func=commands.cmd_models)
 
-    tables = with_database(sub.add_parser("tables", help="image tables: list, show, drop"))
+    tables = with_database(
+        subcommand(
+            sub,
+            "tables",
+            "list, show or drop image tables",
+            "gpcnn tables list",
+            "gpcnn tables show fm.train   # segments, classes, label skew",
+            "gpcnn tables drop fm.train fm.test",
+        )
+    )
     tables.add_argument(
         "action",
         choices=["list", "show", "drop"],
@@ -106,7 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     tables.set_defaults(func=commands.cmd_tables)
 
     load = with_database(
-        sub.add_parser("load", help="load a standard image dataset into segment tables")
+        subcommand(
+            sub,
+            "load",
+            "load an image dataset or a folder of images into tables spread over the segments",
+            "gpcnn load --dataset fashion-mnist --table fm --segments 4",
+            "gpcnn load --folder photos/ --size 64,64 --table photos",
+        )
     )
     source = load.add_mutually_exclusive_group(required=True)
     source.add_argument(

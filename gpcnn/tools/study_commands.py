@@ -12,6 +12,7 @@ from gpcnn.estimator.named_models import MODELS, OPTIMIZERS
 from gpcnn.study.experiments import STUDY_RULES
 from gpcnn.tools import study_arguments
 from gpcnn.tools.commands import connect_from
+from gpcnn.tools.help_texts import subcommand
 
 
 def _plan_options(args: argparse.Namespace) -> dict:
@@ -190,7 +191,7 @@ def add_parsers(sub, with_database) -> None:
             "--optimizer",
             default="sgd",
             choices=list(OPTIMIZERS),
-            help="each segment's optimizer (mop: --configs sets it)",
+            help="each segment's optimizer",
         )
         p.add_argument(
             "--optimizer-state",
@@ -202,7 +203,7 @@ def add_parsers(sub, with_database) -> None:
             "--learning-rate",
             type=float,
             default=0.05,
-            help="the optimizer's learning rate (mop: --configs sets it)",
+            help="the optimizer's learning rate",
         )
         p.add_argument(
             "--scale-lr", action="store_true", help="learning rate x K (the linear scaling rule)"
@@ -211,7 +212,7 @@ def add_parsers(sub, with_database) -> None:
             "--batch-size",
             type=study_arguments.positive_int,
             default=32,
-            help="images per batch on each segment (mop: --configs sets it)",
+            help="images per batch on each segment",
         )
         p.add_argument(
             "--seeds",
@@ -234,7 +235,16 @@ def add_parsers(sub, with_database) -> None:
         return p
 
     converge = with_study(
-        sub.add_parser("converge", help="run a convergence study"), "study-out", 20, stored=True
+        subcommand(
+            sub,
+            "converge",
+            "run a convergence study: one worker against K segments, with and without merge",
+            "gpcnn converge --dataset fashion-mnist --segments 4,8 --merge single,average,bmuf",
+            "gpcnn converge --table shop.images --x-column img --y-column label --model my-cnn",
+        ),
+        "study-out",
+        20,
+        stored=True,
     )
     converge.add_argument(
         "--shared-sample",
@@ -315,7 +325,12 @@ def add_parsers(sub, with_database) -> None:
     converge.set_defaults(func=cmd_converge)
 
     mop = with_study(
-        sub.add_parser("mop", help="the model hopper against the merge (study part h)"),
+        subcommand(
+            sub,
+            "mop",
+            "compare the model hopper with merged training on the same configurations",
+            "gpcnn mop --dataset fashion-mnist --configs momentum:0.01:32,adam:0.001:64",
+        ),
         "study-out-h",
         15,
     )
@@ -336,12 +351,21 @@ def add_parsers(sub, with_database) -> None:
     mop.add_argument(
         "--configs",
         required=True,
-        help="optimizer:learning_rate:batch_size items, comma-separated, e.g. momentum:0.01:32",
+        help="optimizer:learning_rate:batch_size items, comma-separated, e.g. momentum:0.01:32 "
+        "(they set --optimizer, --learning-rate and --batch-size)",
     )
     mop.set_defaults(func=cmd_mop)
 
     demo = with_study(
-        sub.add_parser("demo", help="the quick-start job (a short study)"), "demo-out", 5
+        subcommand(
+            sub,
+            "demo",
+            "run the quick start's short study, with its figures",
+            "gpcnn demo",
+            "gpcnn demo --dataset mnist-sample --iterations 2",
+        ),
+        "demo-out",
+        5,
     )
     demo.add_argument(
         "--dataset",
@@ -351,9 +375,11 @@ def add_parsers(sub, with_database) -> None:
     )
     demo.set_defaults(func=cmd_demo)
 
-    docs = sub.add_parser(
+    docs = subcommand(
+        sub,
         "study-docs",
-        help="render the measured numbers of the study's pages from its stored results",
+        "render the measured numbers of the study's pages from its stored results",
+        "gpcnn study-docs --check   # after rerunning a part: which numbers changed",
     )
     docs.add_argument("--root", default=".", help="the repository's root (default: here)")
     docs.add_argument(
