@@ -132,3 +132,20 @@ def test_a_study_of_no_iterations_or_batches_is_refused_before_it_prints_or_load
         cli.main(["converge", "--dataset", "mnist-sample", flag, "0", "--out", str(out)])
     assert f"{flag}: expected a number >= 1, got 0" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_empty_listings_say_so_and_what_makes_an_entry(db, capsys):
+    schema = "gpcnn_empty_listings_test"
+    base = ["--database", db.url.render_as_string(hide_password=False), "--schema", schema]
+    try:
+        for command in ("runs", "models", "tables"):
+            assert cli.main([command, "list", *base]) == 0
+        said = capsys.readouterr().out.splitlines()
+        assert said == [
+            f"no runs stored in schema '{schema}' yet: a fit stores one",
+            f"no models in the library of schema '{schema}': gpcnn.store_model stores one",
+            "no image tables yet: gpcnn load or gpcnn.load_images makes one",
+        ]
+    finally:
+        with db.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

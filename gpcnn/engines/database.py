@@ -293,9 +293,19 @@ class Database:
 
 
 def release_sessions() -> None:
-    """Close every idle server process this client holds: the segment sessions waiting for the
-    next fit (each with TensorFlow loaded) and the idle connections of every open handle's
-    pool. The handles stay usable; the next fit opens what it needs."""
+    """Close every idle server process this client holds.
+
+    The segment sessions waiting for the next fit (each a server process with TensorFlow
+    loaded, holding its memory) and the idle connections of every open handle's pool are closed.
+    The handles stay usable; the next fit, evaluation or prediction opens what it needs. Idle
+    sessions also close by themselves after a while; call this to give their memory back now
+    (in a notebook between experiments, or before the server is restarted).
+
+    Examples
+    --------
+    >>> est.fit("fm.train")  # doctest: +SKIP
+    >>> gpcnn.release_sessions()  # the segments' TensorFlow processes end now  # doctest: +SKIP
+    """
     POOL.clear()
     with _open_lock:
         handles = list(_open.values())

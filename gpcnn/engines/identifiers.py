@@ -27,7 +27,18 @@ class Quoting(Protocol):
 
 
 class TableError(ValueError):
-    """Bad input for an image table, or a table that is not a gpcnn image table."""
+    """Bad input for an image table, or a table that is not a gpcnn image table.
+
+    A ``ValueError``: raised before anything is written, by ``load_images``, ``pack_table``,
+    ``describe_table``, ``drop_table`` and the fits that read a table, with a message that names
+    the table and what to do.
+
+    Examples
+    --------
+    >>> gpcnn.describe_table(db, "public.not_images")  # doctest: +SKIP
+    Traceback (most recent call last):
+    TableError: public.not_images is not an image table that gpcnn made ...
+    """
 
 
 @dataclass(frozen=True)

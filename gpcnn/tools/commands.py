@@ -147,6 +147,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
+        if not rows:
+            print(f"no runs stored in schema {db.schema!r} yet: a fit stores one")
+            return 0
         print(
             f"{'run':>5}  {'status':<13} {'merge':<8} {'iterations':>10} {'epochs':>6} "
             f"{'val_acc':>7} {'best':>6} {'val_loss':>8} {'best':>6} {'ckpts':>5} "
@@ -241,6 +244,8 @@ def cmd_models(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(rows, indent=1))
             return 0
+        if not rows:
+            print(f"no models in the library of schema {db.schema!r}: gpcnn.store_model stores one")
         for m in rows:
             weights = f"weights {m['stored_bytes'] / 1e6:.1f} MB" if m["weights"] else "no weights"
             about = f"  {m['description']}" if m["description"] else ""
@@ -276,7 +281,10 @@ def cmd_tables(args: argparse.Namespace) -> int:
             print("\n\n".join(_table_text(info) for info in shown))
         return 0
     if args.action == "list":
-        for info in list_tables(db):
+        found = list_tables(db)
+        if not found:
+            print("no image tables yet: gpcnn load or gpcnn.load_images makes one")
+        for info in found:
             shape = "x".join(map(str, info.image_shape))
             print(
                 f"{info.table}  {info.images:,} images {shape}, {info.num_classes} classes, "
