@@ -37,7 +37,7 @@ class TableError(ValueError):
     --------
     >>> gpcnn.describe_table(db, "public.not_images")  # doctest: +SKIP
     Traceback (most recent call last):
-    TableError: public.not_images is not an image table that gpcnn made ...
+    TableError: public.not_images is not a gpcnn image table (no entry in gpcnn.image_tables): ...
     """
 
 
