@@ -18,6 +18,7 @@ from gpcnn.estimator import GreenplumCNN
 from gpcnn.fit import compiling
 from gpcnn.kernel.keras_setup import keras_module
 from gpcnn.tools import cli
+from gpcnn.tools.commands import _run_text
 
 
 def _options(optimizer: str = "sgd"):
@@ -149,3 +150,20 @@ def test_empty_listings_say_so_and_what_makes_an_entry(db, capsys):
     finally:
         with db.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_runs_show_rounds_its_numbers_for_people():
+    shown = {
+        "run_id": 3,
+        "status": "finished",
+        "table": "fm.train",
+        "merge": "average",
+        "iterations": 2,
+        "epochs": 1.0,
+        "error": None,
+        "params": {"optimizer": "sgd", "learning_rate": 0.1969999998807907},
+        "history": [{"iteration": 1, "epoch": 1.0, "loss": 0.123456}],
+    }
+    head, _, row = _run_text(shown).splitlines()
+    assert "learning_rate=0.197" in head and "(1 epochs)" in head
+    assert row.split()[:3] == ["1", "1", "0.1235"] and set(row.split()[3:]) == {"-"}

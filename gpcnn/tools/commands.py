@@ -202,23 +202,34 @@ def _run_text(shown: dict) -> str:
     lines = [
         f"run {shown['run_id']}: {shown['status']}, {shown['table']}, merge={shown['merge']}, "
         f"{shown['iterations']} iterations ({shown['epochs'] or 0:g} epochs), "
-        f"optimizer={optimizer}, learning_rate={params.get('learning_rate')}",
+        f"optimizer={optimizer}, learning_rate={_rate(params.get('learning_rate'))}",
     ]
     if shown["error"]:
         lines.append(f"error: {shown['error']}")
     lines.append("  ".join(f"{c:>12}" for c in HISTORY_COLUMNS))
     for row in shown["history"]:
-        cells = [row.get(c) for c in HISTORY_COLUMNS]
-        lines.append(
-            "  ".join(
-                f"{'-':>12}" if v is None else f"{v:>12}" if isinstance(v, int) else f"{v:>12.4f}"
-                for v in cells
-            )
-        )
+        lines.append("  ".join(_cell(c, row.get(c)) for c in HISTORY_COLUMNS))
         lines += _diagnostics_lines(row)
     if (forecast := forecast_gap(shown["history"])) is not None:
         lines.append(f"early warning: {forecast.message()}")
     return "\n".join(lines)
+
+
+def _rate(value: object) -> str:
+    """A learning rate as people write it (a float32 rate stored as 0.1969999998807907 is 0.197)."""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _cell(column: str, value: object) -> str:
+    """One cell of ``runs show``'s table: counts as they are, an epoch to the digits it needs
+    (1, 1.25), the rest to 4 decimals."""
+    if value is None:
+        return f"{'-':>12}"
+    if isinstance(value, int):
+        return f"{value:>12}"
+    if column == "epoch" and isinstance(value, float):
+        return f"{value:>12g}"
+    return f"{value:>12.4f}"
 
 
 def _diagnostics_lines(row: dict) -> list[str]:
