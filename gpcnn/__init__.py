@@ -15,6 +15,7 @@ from gpcnn.data.tables import describe as describe_table
 from gpcnn.engines import Database, connect, release_sessions
 from gpcnn.engines.install import install, uninstall
 from gpcnn.estimator import GreenplumCNN, GreenplumModelSearch, TrainingError, fit_multiple
+from gpcnn.estimator.forecasting import forecast
 from gpcnn.estimator.history_plot import live_plot, plot_history
 from gpcnn.fit.forecast.early_warning import forecast_gap
 from gpcnn.fit.runs import delete_runs, list_runs, show_run
@@ -40,6 +41,7 @@ __all__ = [
     "describe_table",
     "drop_table",
     "fit_multiple",
+    "forecast",
     "forecast_gap",
     "install",
     "list_models",

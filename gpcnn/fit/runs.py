@@ -9,6 +9,7 @@ matches runs on the parameters that change the result.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +75,62 @@ def same_result(stored: dict, params: dict) -> bool:
     """Whether a run started with ``stored`` parameters continues as one started with ``params``
     would (the parameters that change the result are equal)."""
     return result_key(stored) == result_key(params)
+
+
+def finished_like(
+    db: Database, table: str, params: dict, model_json: str, iterations: int
+) -> tuple[int, list]:
+    """(run id, history) of the newest run of ``table`` that finished with the model
+    ``model_json``, the result-changing parameters of ``params`` and at least ``iterations``
+    stored iterations; (0, []) if none."""
+    with db.begin() as conn:
+        catalog = Catalog(conn, db.backend)
+        catalog.ensure_tables()
+        candidates = sorted(
+            (
+                r.run_id
+                for r in catalog.run_summaries(None)
+                if r.table == table
+                and r.status == "finished"
+                and r.iterations >= iterations
+                and same_result(r.params, params)
+            ),
+            reverse=True,
+        )
+        wanted = architecture(model_json)
+        for run_id in candidates:
+            run = catalog.run(run_id)
+            if run is not None and architecture(run.model_json) == wanted:
+                return run_id, catalog.iterations(run_id)
+    return 0, []
+
+
+def architecture(model_json: str) -> str:
+    """A model's JSON with the names Keras numbers (``conv2d``, ``conv2d_1``, ...) replaced by
+    their order of appearance: two builds of one architecture compare equal."""
+    config = json.loads(model_json)
+    names: dict[str, str] = {}
+
+    def collect(node: object) -> None:
+        if isinstance(node, dict):
+            config_name = node.get("config", {}).get("name") if "class_name" in node else None
+            if isinstance(config_name, str):
+                names.setdefault(config_name, f"#{len(names)}")
+            for value in node.values():
+                collect(value)
+        elif isinstance(node, list):
+            for value in node:
+                collect(value)
+
+    def renamed(node: object) -> object:
+        if isinstance(node, dict):
+            return {k: renamed(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [renamed(v) for v in node]
+        return names.get(node, node) if isinstance(node, str) else node
+
+    collect(config)
+    return json.dumps(renamed(config), sort_keys=True)
 
 
 def find_unfinished(db: Database | str | None, table: str, params: dict) -> int | None:

@@ -8,7 +8,7 @@ import sys
 
 from gpcnn.data.by_name import DATASET_NAMES
 from gpcnn.engines import DriverError, UnreachableError, dispatch_names
-from gpcnn.tools import commands, embedded, study_commands
+from gpcnn.tools import commands, embedded, forecast_command, study_commands
 from gpcnn.tools.help_texts import DATABASE_OPTIONS, subcommand
 
 
@@ -192,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--quiet", action="store_true", help="no progress bar")
     load.set_defaults(func=commands.cmd_load)
 
+    forecast_command.add_parser(sub, with_database)
     study_commands.add_parsers(sub, with_database)
     return parser
 

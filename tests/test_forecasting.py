@@ -1,0 +1,102 @@
+"""``gpcnn.forecast``: two pilots of 3 epochs (one worker on a one-segment copy, the setting on the
+table), the law that scales their gap, reuse of stored pilots, and bad input refused before any
+pilot runs."""
+
+from __future__ import annotations
+
+import pytest
+from tiny import dense_net, learnable_images, tiny_cnn
+
+import gpcnn
+from gpcnn.data.tables import TableError, describe, load_images
+from gpcnn.fit.forecast import pilot_law
+from gpcnn.tools import cli
+
+SCHEMA = "gpcnn_forecast_test"
+TRAIN, TEST = f"{SCHEMA}.train", f"{SCHEMA}.test"
+PARAMS = dict(batch_size=16, learning_rate=0.05, threads_per_segment=1)
+
+
+def pilots(db) -> list[dict]:
+    """The runs of this module's tables."""
+    return [r for r in gpcnn.list_runs(db) if r["table"].startswith(SCHEMA)]
+
+
+@pytest.fixture(scope="module")
+def tables(db):
+    """The tables, with no pilot stored yet (a forecast reuses what an earlier run stored)."""
+    gpcnn.delete_runs(db, [r["run_id"] for r in pilots(db)])
+    gpcnn.drop_table(db, f"{TRAIN}_pilot_k1_s0", missing_ok=True)
+    x, y = learnable_images(160)
+    load_images(db, TRAIN, x[:120], y[:120], segments=2, replace=True, progress=False)
+    load_images(db, TEST, x[120:], y[120:], segments=2, replace=True, progress=False)
+    return TRAIN, TEST
+
+
+def test_the_law_is_the_pilot_gap_scaled_by_the_studys_decay():
+    assert pilot_law.ratio(3) == pytest.approx(1.025)
+    assert pilot_law.ratio(15) < pilot_law.ratio(8) < 1  # the gap narrows as training goes on
+    assert pilot_law.ratio(15, skew_max=0.9) > 2 * pilot_law.ratio(15)  # slower under skew
+    found = pilot_law.gap_forecast(0.90, 0.86, 15, segments=8)
+    assert found.pilot_gap == pytest.approx(4.0)
+    assert found.gap == pytest.approx(4.0 * pilot_law.ratio(15))
+    half = pilot_law.IID_WIDTH[0] + pilot_law.IID_WIDTH[1] * found.gap
+    assert (found.low, found.high) == pytest.approx((found.gap - half, found.gap + half))
+    assert pilot_law.gap_forecast(0.9, 0.88, 2, segments=4).gap == pytest.approx(2.0)
+
+
+def test_a_forecast_runs_two_pilots_then_reuses_them(db, tables):
+    train, test = tables
+    before = len(pilots(db))
+    found = gpcnn.forecast(db, train, tiny_cnn(), epochs=8, validation_table=test, **PARAMS)
+    made = pilots(db)[before:]
+    assert [(r["table"].split(".")[-1], r["iterations"]) for r in made] == [
+        ("train", 3),
+        ("train_pilot_k1_s0", 3),
+    ]
+    assert describe(db, "gpcnn_forecast_test.train_pilot_k1_s0").segments == 1
+    assert found.segments == 2 and found.low < found.gap < found.high
+    assert found.gap == pytest.approx(found.pilot_gap * pilot_law.ratio(8, found.skew_max))
+    assert "outside what it was calibrated on" in found.rests_on
+    again = gpcnn.forecast(db, train, tiny_cnn(), epochs=8, validation_table=test, **PARAMS)
+    assert len(pilots(db)) == before + 2 and again.gap == pytest.approx(found.gap)
+    assert "points" in again.message()
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"validation_table": None}, ValueError, "give validation_table"),
+        ({"epochs": 0}, ValueError, "an epoch of at least 1"),
+        ({"segments": 10_000}, ValueError, "segments=10000: choose 1 to 120"),
+        ({"merges_per_epoch": [2, 1]}, ValueError, "a schedule"),
+        ({"merge": "mean"}, ValueError, "merge"),
+        ({"iterations": 5}, ValueError, "the forecast sets it itself"),
+        ({"validation_table": "gpcnn_forecast_test.nope"}, TableError, "nope"),
+    ],
+)
+def test_bad_input_is_refused_before_any_pilot(db, tables, change, error, message):
+    train, test = tables
+    before = len(pilots(db))
+    arguments = {"epochs": 8, "validation_table": test, **PARAMS, **change}
+    with pytest.raises(error, match=message):
+        gpcnn.forecast(db, train, tiny_cnn(), **arguments)
+    assert len(pilots(db)) == before
+
+
+def test_a_pilot_of_another_model_is_not_reused(db, tables):
+    train, test = tables
+    before = len(pilots(db))
+    other = dense_net()  # the same parameters, another model
+    gpcnn.forecast(db, train, other, epochs=8, validation_table=test, **PARAMS)
+    assert len(pilots(db)) == before + 2
+
+
+def test_the_command_line_prints_the_forecast(db, tables, capsys):
+    train, test = tables
+    base = ["--database", db.url.render_as_string(hide_password=False), "--schema", db.schema]
+    gpcnn.store_model(db, "forecast-tiny", tiny_cnn(), replace=True)
+    arguments = ["--table", train, "--validation-table", test, "--model", "forecast-tiny"]
+    assert cli.main(["forecast", *arguments, "--epochs", "6", "--batch-size", "16", *base]) == 0
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("forecast")]
+    assert line.startswith(f"forecast for {train}: at epoch 6 with 2 segments: about ")
