@@ -87,3 +87,13 @@ def test_a_fit_logs_the_forecast_of_its_history_and_runs_show_prints_it(db, capl
     said = [r.getMessage() for r in caplog.records if "on course to end" in r.getMessage()]
     assert said == [f"run {est.run_id_}: {found.message()}"]
     assert f"early warning: {found.message()}" in _run_text(runs.show_run(db, est.run_id_))
+
+
+def test_on_a_label_skewed_table_the_early_warning_gives_no_number(caplog):
+    history = rows((1, 0.9), (2, 1.0), (3, 1.1))
+    with caplog.at_level(logging.INFO, logger="gpcnn"):
+        EarlyWarning(1, history, skew_max=0.79).on_epoch_end(2)
+    [record] = caplog.records
+    said = record.getMessage()
+    assert "labels are skewed (index 0.79)" in said and "no number" in said
+    assert "points" not in said
