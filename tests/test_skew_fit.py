@@ -83,8 +83,10 @@ def test_a_fit_on_a_skewed_table_warns_with_the_remedies_and_its_run_records_the
     with caplog.at_level(logging.WARNING, logger="gpcnn"):
         est = fit(db, model, info)
     [warning] = [r.getMessage() for r in caplog.records if "label skew" in r.getMessage()]
-    for remedy in ("shared IID sample", "redeal", "merges per epoch", "FedNova", "BatchNorm"):
+    for remedy in ("gpcnn.add_shared_sample", "0.9 points below", "gpcnn.redeal", "gpcnn.forecast"):
         assert remedy in warning
+    for useless in ("FedNova", "BatchNorm"):  # the study measured them as no remedy
+        assert useless not in warning
     params = gpcnn.show_run(db, est.run_id_)["params"]
     assert params["label_skew"] == {"max": info.label_skew.max, "mean": info.label_skew.mean}
 
@@ -102,3 +104,12 @@ def test_a_fit_on_a_table_with_a_shared_sample_trains_every_copy_and_resumes_exa
     np.testing.assert_array_equal(
         wire.flatten(resumed.model_.get_weights()), wire.flatten(whole.model_.get_weights())
     )
+
+
+def test_a_table_with_a_shared_sample_is_not_told_to_add_one():
+    from types import SimpleNamespace
+
+    from gpcnn.data.label_skew import remedies
+
+    assert "add_shared_sample" in remedies(SimpleNamespace(shared_images=0))[0]
+    assert not any("add_shared_sample" in r for r in remedies(SimpleNamespace(shared_images=30)))
