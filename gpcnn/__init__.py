@@ -17,6 +17,7 @@ from gpcnn.engines.install import install, uninstall
 from gpcnn.estimator import GreenplumCNN, GreenplumModelSearch, TrainingError, fit_multiple
 from gpcnn.estimator.forecasting import forecast
 from gpcnn.estimator.history_plot import live_plot, plot_history
+from gpcnn.estimator.planning import plan
 from gpcnn.fit.forecast.early_warning import forecast_gap
 from gpcnn.fit.runs import delete_runs, list_runs, show_run
 from gpcnn.serving.direct_prediction import predict
@@ -52,6 +53,7 @@ __all__ = [
     "load_model",
     "measure_skew",
     "pack_table",
+    "plan",
     "plot_history",
     "predict",
     "read_images",

@@ -100,3 +100,27 @@ def test_the_command_line_prints_the_forecast(db, tables, capsys):
     assert cli.main(["forecast", *arguments, "--epochs", "6", "--batch-size", "16", *base]) == 0
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("forecast")]
     assert line.startswith(f"forecast for {train}: at epoch 6 with 2 segments: about ")
+
+
+def test_a_plan_forecasts_each_setting_and_picks_the_cheapest_within_tolerance(db, tables):
+    train, test = tables
+    made = gpcnn.plan(db, train, tiny_cnn(), epochs=8, validation_table=test, **PARAMS)
+    assert [(c.merge, c.merges_per_epoch) for c in made.candidates] == [
+        ("average", 1),
+        ("bmuf", 1),
+        ("bmuf", 4),
+    ]
+    assert all(c.meets == (c.forecast.high <= 1.0) for c in made.candidates)
+    meeting = [c for c in made.candidates if c.meets]
+    if meeting:
+        cheapest = min(c.forecast.seconds_per_epoch for c in meeting)
+        assert made.chosen.forecast.seconds_per_epoch == cheapest
+        assert made.text().endswith(f"cheapest within 1 points: {made.chosen.words()}")
+    else:
+        assert made.chosen is None and "no setting gpcnn knows" in made.text()
+    strict = gpcnn.plan(
+        db, train, tiny_cnn(), epochs=8, validation_table=test, tolerance=-100, **PARAMS
+    )
+    assert strict.chosen is None and "no setting gpcnn knows stays within -100" in strict.text()
+    with pytest.raises(ValueError, match="merge: the plan chooses it"):
+        gpcnn.plan(db, train, tiny_cnn(), epochs=8, validation_table=test, merge="bmuf")

@@ -31,6 +31,7 @@ def forecast(
     segments: int | None = None,
     validation_table=None,
     seed: int = 0,
+    redealt: bool = False,
     **params: Any,
 ) -> GapForecast:
     """Forecast a fit's gap to one worker at epoch ``epochs``, with a 90 % interval, before it runs.
@@ -60,6 +61,9 @@ def forecast(
         The table both pilots validate on: the gap is in validation accuracy.
     seed : int, default 0
         The pilots' seed (and the copies' deal).
+    redealt : bool, default False
+        Forecast the fit on the table dealt again IID over ``segments`` (``gpcnn.redeal``),
+        the remedy for a label-skewed table whose rows may move.
     **params
         Any other ``GreenplumCNN`` parameter of the fit (``merge``, ``merges_per_epoch``,
         ``optimizer``, ``learning_rate``, ``batch_size``, ...).
@@ -105,7 +109,7 @@ def forecast(
         PILOT_EPOCHS,
         k,
     )
-    target = info if k == info.segments else _copy(db, info, k, seed)
+    target = info if k == info.segments and not redealt else _copy(db, info, k, seed)
     single = _copy(db, info, 1, seed)
     history = _pilot(db, setting, target, PILOT_EPOCHS * merges)
     reference = _pilot(db, one_worker, single, PILOT_EPOCHS)

@@ -192,7 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--quiet", action="store_true", help="no progress bar")
     load.set_defaults(func=commands.cmd_load)
 
-    forecast_command.add_parser(sub, with_database)
+    forecast_command.add_parsers(sub, with_database)
     study_commands.add_parsers(sub, with_database)
     return parser
 
