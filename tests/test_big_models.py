@@ -233,7 +233,7 @@ def test_merges_keep_counts_exact_beyond_float32(db):
     exact = (
         sum(v.astype(np.float64) * n for v, n in zip(vectors, counts, strict=True)) / sum(counts)
     ).astype(np.float32)
-    states = [states.encode_state({"count": n, "sums": {"loss": 0.5 * n}}) for n in counts]
+    small = [states.encode_state({"count": n, "sums": {"loss": 0.5 * n}}) for n in counts]
 
     with db.connect() as conn:
         rows = conn.execute(
@@ -247,7 +247,7 @@ def test_merges_keep_counts_exact_beyond_float32(db):
                 "keys": [0, 1, 2, 0, 1, 2],
                 "chunks": [-1, -1, -1, 0, 0, 0],
                 "counts": counts * 2,
-                "data": states + [v.tobytes() for v in vectors],
+                "data": small + [v.tobytes() for v in vectors],
             },
         ).all()
     merged_state = states.decode_state(bytes(rows[0][1]))
@@ -257,9 +257,7 @@ def test_merges_keep_counts_exact_beyond_float32(db):
 
     client_merge = StreamingAverage([2, 0, 1], chunk_values=vectors[0].size)
     for key in (2, 0, 1):  # in any order of arrival
-        values = states.encode_state(
-            {**states.decode_state(states[key]), "values": vectors[0].size}
-        )
+        values = states.encode_state({**states.decode_state(small[key]), "values": vectors[0].size})
         client_merge.add((key, -1, counts[key], values))
     for key in (1, 2, 0):
         client_merge.add((key, 0, counts[key], memoryview(vectors[key].tobytes())))
