@@ -61,7 +61,9 @@ def _with_pilots(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--segments", type=study_arguments.positive_int, help="K (default: the table's)")
     p.add_argument("--optimizer", default="momentum", choices=OPTIMIZERS, help="each segment's")
     p.add_argument("--learning-rate", type=float, default=0.01, help="the optimizer's")
-    p.add_argument("--batch-size", type=study_arguments.positive_int, default=32)
+    p.add_argument(
+        "--batch-size", type=study_arguments.positive_int, default=32, help="images per batch"
+    )
     p.add_argument("--seed", type=int, default=0, help="the pilots' seed")
     return p
 
