@@ -167,3 +167,16 @@ def test_runs_show_rounds_its_numbers_for_people():
     head, _, row = _run_text(shown).splitlines()
     assert "learning_rate=0.197" in head and "(1 epochs)" in head
     assert row.split()[:3] == ["1", "1", "0.1235"] and set(row.split()[3:]) == {"-"}
+
+
+def test_a_pooled_connection_the_server_closed_is_replaced_not_told_as_unreachable(db):
+    handle = gpcnn.connect(db.url.render_as_string(hide_password=False), schema="gpcnn_repool")
+    try:
+        with handle.connect() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_catalog.pg_backend_pid()").scalar()
+        with db.connect() as other:
+            other.exec_driver_sql(f"SELECT pg_catalog.pg_terminate_backend({int(pid)})")
+        with handle.connect() as conn:  # the pre-ping finds it dead; the pool opens another
+            assert conn.exec_driver_sql("SELECT 1").scalar() == 1
+    finally:
+        handle.close()

@@ -482,7 +482,7 @@ def _labels(n=12):
     ("x", "y", "kw", "match"),
     [
         (_images().astype(np.float32) / 255 * 1.5, _labels(), {}, r"\[0, 1\]"),
-        (np.full((12, 28, 28), np.nan, np.float32), _labels(), {}, r"\[0, 1\]"),
+        (np.full((12, 28, 28), np.nan, np.float32), _labels(), {}, "NaN or infinite"),
         (-_images().astype(np.float64) / 255, _labels(), {}, r"\[0, 1\]"),
         (_images().astype(np.int64) + 255, _labels(), {}, r"lie in 0\.\.255"),
         (_images().reshape(-1), _labels(), {}, r"\(N, H, W\)"),

@@ -185,7 +185,9 @@ class Database:
     def _unreachable(self, context: sa.engine.ExceptionContext) -> Exception | None:
         """A connection that could not be opened, told as ``UnreachableError``."""
         error = context.sqlalchemy_exception
-        if context.connection is None and isinstance(error, sa.exc.OperationalError):
+        # not a pooled connection found dead by the pre-ping: the pool opens a new one then
+        opening = context.connection is None and not context.is_pre_ping
+        if opening and isinstance(error, sa.exc.OperationalError):
             return UnreachableError(error, self.url, self.origin)
         return None
 
