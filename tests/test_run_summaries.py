@@ -49,21 +49,22 @@ def test_the_command_line_lists_runs_with_those_columns_and_shows_the_history(db
     base = ["--database", db.url.render_as_string(hide_password=False), "--schema", db.schema]
     assert cli.main(["runs", "list", *base]) == 0
     header, *lines = capsys.readouterr().out.splitlines()
-    assert header.split()[:9] == [
+    assert header.split()[:10] == [
         "run",
         "status",
         "merge",
         "iterations",
         "epochs",
+        "loss",
         "val_acc",
-        "best",
+        "best_acc",
         "val_loss",
-        "best",
+        "best_loss",
     ]
     (line,) = [ln for ln in lines if ln.split()[0] == str(fitted.run_id_)]
     last = fitted.history_[-1]
     assert f"{last['val_accuracy']:.4f}" in line and f"{last['val_loss']:.4f}" in line
-    assert line.split()[3:5] == ["3", "3.00"]
+    assert line.split()[3:6] == ["3", "3.00", f"{last['loss']:.4f}"]
 
     assert cli.main(["runs", "show", str(fitted.run_id_), *base]) == 0
     summary, columns, *rows, warning = capsys.readouterr().out.splitlines()

@@ -150,18 +150,20 @@ def cmd_runs(args: argparse.Namespace) -> int:
         if not rows:
             print(f"no runs stored in schema {db.schema!r} yet: a fit stores one")
             return 0
+        # the last training loss, the last validation values and the best of them over the run
         print(
-            f"{'run':>5}  {'status':<13} {'merge':<8} {'iterations':>10} {'epochs':>6} "
-            f"{'val_acc':>7} {'best':>6} {'val_loss':>8} {'best':>6} {'ckpts':>5} "
-            f"{'stored':>9}  table"
+            f"{'run':>5}  {'status':<13} {'merge':<12} {'iterations':>10} {'epochs':>6} "
+            f"{'loss':>7} {'val_acc':>7} {'best_acc':>8} {'val_loss':>8} {'best_loss':>9} "
+            f"{'ckpts':>5} {'stored':>9}  table"
         )
         for r in rows:
             stored = f"{r['stored_bytes'] / 1e6:.1f} MB"
             print(
-                f"{r['run_id']:>5}  {r['status']:<13} {r['merge']!s:<8} {r['iterations']:>10} "
-                f"{_number(r['epochs'], 6, 2)} {_number(r['val_accuracy'], 7)} "
-                f"{_number(r['best_val_accuracy'], 6)} {_number(r['val_loss'], 8)} "
-                f"{_number(r['best_val_loss'], 6)} {r['checkpoints']:>5} {stored:>9}  {r['table']}"
+                f"{r['run_id']:>5}  {r['status']:<13} {r['merge']!s:<12} {r['iterations']:>10} "
+                f"{_number(r['epochs'], 6, 2)} {_number(r['loss'], 7)} "
+                f"{_number(r['val_accuracy'], 7)} {_number(r['best_val_accuracy'], 8)} "
+                f"{_number(r['val_loss'], 8)} {_number(r['best_val_loss'], 9)} "
+                f"{r['checkpoints']:>5} {stored:>9}  {r['table']}"
             )
         return 0
     if not args.run_ids:
