@@ -100,7 +100,7 @@ def forecast(
     check_model_fits(built, info)
     validation_source(db, validation_table, built, info)
     # one worker: no rule and one merge per epoch (on one segment a merge changes nothing)
-    alone = {k: v for k, v in params.items() if k not in RULE_PARAMETERS}
+    alone = {name: value for name, value in params.items() if name not in RULE_PARAMETERS}
     one_worker = GreenplumCNN(model, **{"verbose": 0, **alone, **common})
     merges = int(params.get("merges_per_epoch", 1))
     LOG.info(
@@ -111,8 +111,9 @@ def forecast(
     )
     target = info if k == info.segments and not redealt else _copy(db, info, k, seed)
     single = _copy(db, info, 1, seed)
-    history = _pilot(db, setting, target, PILOT_EPOCHS * merges)
-    reference = _pilot(db, one_worker, single, PILOT_EPOCHS)
+    model_json = built.to_json()  # both pilots' architecture (the copies hold the same items)
+    history = _pilot(db, setting, target, model_json, PILOT_EPOCHS * merges)
+    reference = _pilot(db, one_worker, single, model_json, PILOT_EPOCHS)
     skew = target.label_skew.max if target.label_skew is not None else 0.0
     return gap_forecast(
         _accuracy(reference),
@@ -155,11 +156,12 @@ def _copy(db: Database, info: ImageTable, k: int, seed: int) -> ImageTable:
     return redeal(db, info.table, name, segments=k, seed=seed, replace=copy is not None)
 
 
-def _pilot(db: Database, est: GreenplumCNN, info: ImageTable, iterations: int) -> list[dict]:
+def _pilot(
+    db: Database, est: GreenplumCNN, info: ImageTable, model_json: str, iterations: int
+) -> list[dict]:
     """The history of ``est``'s pilot on ``info``: a stored finished run of the same model with
     the same result-changing parameters, else a new fit of ``iterations``."""
     est.set_params(iterations=iterations)
-    model_json = est._model(info).to_json()
     _, history = runs.finished_like(
         db, str(info.table), est.stored_params(), model_json, iterations
     )
