@@ -4,6 +4,9 @@ pilot runs."""
 
 from __future__ import annotations
 
+import logging
+import re
+
 import pytest
 from tiny import dense_net, learnable_images, tiny_cnn
 
@@ -124,3 +127,23 @@ def test_a_plan_forecasts_each_setting_and_picks_the_cheapest_within_tolerance(d
     assert strict.chosen is None and "no setting gpcnn knows stays within -100" in strict.text()
     with pytest.raises(ValueError, match="merge: the plan chooses it"):
         gpcnn.plan(db, train, tiny_cnn(), epochs=8, validation_table=test, merge="bmuf")
+
+
+def test_a_fit_after_a_forecast_warns_against_its_one_worker_pilot(db, tables, caplog):
+    train, test = tables
+    gpcnn.forecast(db, train, tiny_cnn(), epochs=8, validation_table=test, **PARAMS)  # stored
+    est = gpcnn.GreenplumCNN(
+        tiny_cnn(), database=db, validation_table=test, seed=0, iterations=4, verbose=0, **PARAMS
+    )
+    with caplog.at_level(logging.INFO, logger="gpcnn"):
+        est.fit(train)
+    said = [r.getMessage() for r in caplog.records if "one-worker pilot" in r.getMessage()]
+    (line,) = said
+    found = re.search(r"the one-worker pilot \(run (\d+)\) at epoch 3", line)
+    assert found is not None and "at epoch 4 (90 % interval" in line
+    (single,) = [r for r in pilots(db) if r["run_id"] == int(found.group(1))]
+    assert single["table"] == f"{train}_pilot_k1_s0" and single["iterations"] == 3
+    elsewhere = gpcnn.GreenplumCNN(tiny_cnn(), database=db, validation_table=test, seed=1, **PARAMS)
+    with caplog.at_level(logging.INFO, logger="gpcnn"):
+        elsewhere.set_params(iterations=3, verbose=0).fit(train)  # no pilot of seed 1
+    assert sum("one-worker pilot" in r.getMessage() for r in caplog.records) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 
+from gpcnn.fit.forecast.early_warning import EarlyBasis
 from gpcnn.fit.outliers import outliers
 from gpcnn.fit.progress import SegmentCheck, default_callbacks
 
@@ -36,7 +37,9 @@ def test_segments_that_differ_as_the_studys_iid_segments_did_are_not_named():
 
 
 def test_a_fit_on_a_table_whose_skew_it_warned_of_does_not_check_its_segments():
-    names = [type(c).__name__ for c in default_callbacks(1, 0, 1, 2, [], check_segments=False)]
+    basis = EarlyBasis(None, calibrated=True, final_epoch=4, segments=4)
+    callbacks = default_callbacks(1, 0, 1, 4, [], check_segments=False, early=basis)
+    names = [type(c).__name__ for c in callbacks]
     assert "SegmentCheck" not in names and "EarlyWarning" in names
 
 

@@ -10,16 +10,16 @@ import logging
 from typing import Any
 
 from gpcnn.data.redealing import redeal
-from gpcnn.data.tables import ImageTable, TableName, describe
+from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
 from gpcnn.estimator.greenplum_cnn import GreenplumCNN
 from gpcnn.fit import runs
 from gpcnn.fit.forecast.pilot_law import PILOT_EPOCHS, GapForecast, gap_forecast
+from gpcnn.fit.forecast.pilots import ONE_WORKER, pilot_table
 from gpcnn.fit.validation import check_model_fits, validation_source
 
 LOG = logging.getLogger("gpcnn")
 CALIBRATED = "bn_cnn"  # the model the law was fitted on (docs/convergence.md)
-RULE_PARAMETERS = ("merge", "merge_options", "merges_per_epoch", "local_epochs")
 
 
 def forecast(
@@ -99,9 +99,7 @@ def forecast(
     built = setting._model(info)
     check_model_fits(built, info)
     validation_source(db, validation_table, built, info)
-    # one worker: no rule and one merge per epoch (on one segment a merge changes nothing)
-    alone = {name: value for name, value in params.items() if name not in RULE_PARAMETERS}
-    one_worker = GreenplumCNN(model, **{"verbose": 0, **alone, **common})
+    one_worker = GreenplumCNN(model, **{"verbose": 0, **params, **common, **ONE_WORKER})
     merges = int(params.get("merges_per_epoch", 1))
     LOG.info(
         "forecast of %s: pilots of %d epochs, one worker and %d segments (reused when stored)",
@@ -144,9 +142,9 @@ def _check(info: ImageTable, k: int, epochs: float, validation_table, params: di
 
 
 def _copy(db: Database, info: ImageTable, k: int, seed: int) -> ImageTable:
-    """The table dealt IID over ``k`` segments beside it (``<name>_pilot_k<k>_s<seed>``): made
-    once, reused while it holds the same images."""
-    name = TableName(info.table.schema, f"{info.table.name}_pilot_k{k}_s{seed}")
+    """The table dealt IID over ``k`` segments beside it (``pilot_table``): made once, reused
+    while it holds the same images."""
+    name = pilot_table(info.table, k, seed)
     try:
         copy = describe(db, name)
     except ValueError:
@@ -162,8 +160,14 @@ def _pilot(
     """The history of ``est``'s pilot on ``info``: a stored finished run of the same model with
     the same result-changing parameters, else a new fit of ``iterations``."""
     est.set_params(iterations=iterations)
+    params = est.stored_params()
     _, history = runs.finished_like(
-        db, str(info.table), est.stored_params(), model_json, iterations
+        db,
+        str(info.table),
+        params,
+        model_json,
+        iterations,
+        validation_table=params["validation_table"],
     )
     if history:
         return history[:iterations]

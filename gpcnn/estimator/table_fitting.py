@@ -17,6 +17,8 @@ from gpcnn.data.label_skew import skew_warning
 from gpcnn.data.tables import ImageTable
 from gpcnn.engines import Database
 from gpcnn.fit import compiling, loop, rules
+from gpcnn.fit.forecast.early_warning import EARLY_EPOCHS
+from gpcnn.fit.forecast.pilots import early_basis
 from gpcnn.fit.history import History
 from gpcnn.fit.schedule import plan_slices
 from gpcnn.fit.training import Plan
@@ -88,6 +90,15 @@ class TableFitting:
         history = start.stored.iterations if start.stored is not None else history
         self._adopt(info, start.run_id, model_json, options, history)
         validation = Validation(db, source, self.validation_freq, model_json, options)
+        reached = slices.at(len(history))[1] if history else 0.0
+        ends = slices.at(total)[1] if total > len(history) else reached
+        early = (
+            early_basis(
+                db, info.table, params, model_json, final_epoch=ends, segments=info.segments
+            )
+            if reached < EARLY_EPOCHS <= ends
+            else None
+        )
         plan = Plan(
             db=db,
             info=info,
@@ -99,6 +110,7 @@ class TableFitting:
             slices=slices,
             local_epochs=int(self.local_epochs),
             validation=validation,
+            early=early,
         )
         loop.run(
             plan,

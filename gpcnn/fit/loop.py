@@ -124,8 +124,9 @@ def run(
     rates = LearningRates(model, options.batch_size, plan.local_epochs, plan.slices)
     # a label-skewed table's segments differ by design: its skew warning speaks for them
     skewed = skew_warning(plan.info) is not None
-    skew = plan.info.label_skew.max if plan.info.label_skew is not None else 0.0
-    defaults = default_callbacks(plan.run_id, verbose, first, total, history, not skewed, skew)
+    defaults = default_callbacks(
+        plan.run_id, verbose, first, total, history, not skewed, plan.early
+    )
     model.stop_training = False
     hooks = keras_module().callbacks.CallbackList(
         [*defaults, *(callbacks or [])], model=model, epochs=total, verbose=0, steps=None

@@ -9,8 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from gpcnn.fit.forecast.early_warning import EARLY_EPOCHS, forecast_gap
-from gpcnn.fit.forecast.pilot_law import SKEWED
+from gpcnn.fit.forecast.early_warning import EARLY_EPOCHS, EarlyBasis, early_message
 from gpcnn.fit.outliers import outliers
 from gpcnn.kernel.keras_setup import keras_module
 
@@ -45,27 +44,17 @@ class EarlyWarning(Callback):
     ``gpcnn`` logger, and a printed line with ``verbose=2`` (not a ``WARNING``: the study and
     model searches run settings that are meant to lag, and their terminals stay quiet)."""
 
-    def __init__(
-        self, run_id: int, history: list[dict], verbose: int = 0, skew_max: float = 0.0
-    ) -> None:
+    def __init__(self, run_id: int, history: list[dict], verbose: int, basis: EarlyBasis) -> None:
         super().__init__()
         # the fit's own list: each row is in it before this hook runs
-        self.run_id, self.history, self.verbose = run_id, history, verbose
-        self.skew_max = skew_max  # the table's skew index: the line was fitted on IID tables
+        self.run_id, self.history, self.verbose, self.basis = run_id, history, verbose, basis
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         before = self.history[-2]["epoch"] if len(self.history) > 1 else 0.0
         if not before < EARLY_EPOCHS <= self.history[-1]["epoch"]:
             return
-        if (forecast := forecast_gap(self.history)) is None:
+        if (message := early_message(self.history, self.basis)) is None:
             return
-        message = forecast.message()
-        if self.skew_max >= SKEWED:
-            message = (
-                f"drift ratio {forecast.drift_ratio:.2f} over epochs 1-{forecast.epochs:g}; the "
-                f"table's labels are skewed (index {self.skew_max:.2f}), where this line, fitted "
-                "on IID tables, forecasts too little: no number (gpcnn.forecast pilots the table)"
-            )
         LOG.info("run %s: %s", self.run_id, message)
         if self.verbose == 2:
             print(f"Early warning: {message}")
@@ -132,13 +121,15 @@ def default_callbacks(
     total: int,
     history: list[dict],
     check_segments: bool = True,
-    skew_max: float = 0.0,
+    early: EarlyBasis | None = None,
 ) -> list:
     """The callbacks of a fit running iterations ``first`` to ``total``, by ``verbose``;
     ``history``: the fit's rows, which the loop appends to; ``check_segments``: whether a
     segment far from the others is warned of (not on a table whose skew was warned of);
-    ``skew_max``: the table's skew index, from which the early warning gives no number."""
-    callbacks: list = [LogLines(run_id, total), EarlyWarning(run_id, history, verbose, skew_max)]
+    ``early``: what the early warning stands on (None: these iterations do not end epoch 3)."""
+    callbacks: list = [LogLines(run_id, total)]
+    if early is not None:
+        callbacks.append(EarlyWarning(run_id, history, verbose, early))
     if check_segments:
         callbacks.append(SegmentCheck(history))
     if verbose == 1 and total >= first:

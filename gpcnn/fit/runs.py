@@ -78,11 +78,18 @@ def same_result(stored: dict, params: dict) -> bool:
 
 
 def finished_like(
-    db: Database, table: str, params: dict, model_json: str, iterations: int
+    db: Database,
+    table: str,
+    params: dict,
+    model_json: str,
+    iterations: int,
+    *,
+    validation_table: object = None,
 ) -> tuple[int, list]:
     """(run id, history) of the newest run of ``table`` that finished with the model
     ``model_json``, the result-changing parameters of ``params`` and at least ``iterations``
-    stored iterations; (0, []) if none."""
+    stored iterations, validated on ``validation_table`` (as stored) when given; (0, []) if
+    none."""
     with db.begin() as conn:
         catalog = Catalog(conn, db.backend)
         catalog.ensure_tables()
@@ -94,6 +101,9 @@ def finished_like(
                 and r.status == "finished"
                 and r.iterations >= iterations
                 and same_result(r.params, params)
+                and (
+                    validation_table is None or r.params.get("validation_table") == validation_table
+                )
             ),
             reverse=True,
         )

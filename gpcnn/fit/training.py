@@ -28,6 +28,7 @@ from gpcnn.engines.transfers import EVERY_KEY, StoredStart
 from gpcnn.fit import rules
 from gpcnn.fit.database_errors import TrainingError, database_call
 from gpcnn.fit.diagnostics import Diagnostics
+from gpcnn.fit.forecast.early_warning import EarlyBasis
 from gpcnn.fit.schedule import Schedule
 from gpcnn.fit.storage import DEFAULT_RETENTION, CheckpointStream, IterationStore, Retention
 from gpcnn.kernel import averaging, local_steps, wire
@@ -50,6 +51,7 @@ class Plan:
     slices: Schedule
     local_epochs: int
     validation: Any
+    early: EarlyBasis | None = None  # the early warning's, when these iterations end epoch 3
 
 
 class Training:

@@ -9,7 +9,8 @@ import json
 
 from gpcnn.data.by_name import check_path, load_by_name
 from gpcnn.engines import connect
-from gpcnn.fit.forecast.early_warning import forecast_gap
+from gpcnn.fit.forecast.early_warning import EarlyBasis, early_message, forecast_gap
+from gpcnn.fit.forecast.pilots import stored_basis
 from gpcnn.tools import embedded
 
 
@@ -171,7 +172,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if args.action == "show":
         for run_id in args.run_ids:
             shown = runs.show_run(db, run_id)
-            print(json.dumps(shown, indent=1) if args.json else _run_text(shown))
+            text = None if args.json else _run_text(shown, stored_basis(db, shown))
+            print(json.dumps(shown, indent=1) if text is None else text)
     else:
         print(f"deleted {runs.delete_runs(db, args.run_ids)} run(s)")
     return 0
@@ -193,7 +195,7 @@ def _number(value, width: int, digits: int = 4) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}.{digits}f}"
 
 
-def _run_text(shown: dict) -> str:
+def _run_text(shown: dict, basis: EarlyBasis | None = None) -> str:
     """A run as ``gpcnn runs show`` prints it: its summary, then one line per iteration, each
     followed by its diagnostics (spread and merged step, and a line per segment), and the early
     warning once epoch 3 has ended."""
@@ -212,8 +214,12 @@ def _run_text(shown: dict) -> str:
     for row in shown["history"]:
         lines.append("  ".join(_cell(c, row.get(c)) for c in HISTORY_COLUMNS))
         lines += _diagnostics_lines(row)
-    if (forecast := forecast_gap(shown["history"])) is not None:
-        lines.append(f"early warning: {forecast.message()}")
+    if basis is not None:
+        said = early_message(shown["history"], basis)
+    else:
+        said = None if (found := forecast_gap(shown["history"])) is None else found.message()
+    if said is not None:
+        lines.append(f"early warning: {said}")
     return "\n".join(lines)
 
 
