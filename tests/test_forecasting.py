@@ -48,10 +48,14 @@ def test_the_law_is_the_pilot_gap_scaled_by_the_studys_decay():
     assert pilot_law.gap_forecast(0.9, 0.88, 2, segments=4).gap == pytest.approx(2.0)
 
 
-def test_a_forecast_runs_two_pilots_then_reuses_them(db, tables):
+def test_a_forecast_runs_two_pilots_then_reuses_them(db, tables, capsys):
     train, test = tables
     before = len(pilots(db))
     found = gpcnn.forecast(db, train, tiny_cnn(), epochs=8, validation_table=test, **PARAMS)
+    assert capsys.readouterr().out.startswith(
+        f"Forecast of {train}: 2 pilot(s) of 3 epochs to train (2 segments, one worker): the "
+        "bars show the time left once the first epoch ends\n"
+    )
     made = pilots(db)[before:]
     assert [(r["table"].split(".")[-1], r["iterations"]) for r in made] == [
         ("train", 3),
@@ -63,6 +67,10 @@ def test_a_forecast_runs_two_pilots_then_reuses_them(db, tables):
     assert "outside what it was calibrated on" in found.rests_on
     again = gpcnn.forecast(db, train, tiny_cnn(), epochs=8, validation_table=test, **PARAMS)
     assert len(pilots(db)) == before + 2 and again.gap == pytest.approx(found.gap)
+    assert (
+        capsys.readouterr().out
+        == f"Forecast of {train}: both pilots are stored: nothing to train\n"
+    )
     assert "points" in again.message()
 
 
@@ -76,6 +84,8 @@ def test_a_forecast_runs_two_pilots_then_reuses_them(db, tables):
         ({"merge": "mean"}, ValueError, "merge"),
         ({"iterations": 5}, ValueError, "the forecast sets it itself"),
         ({"validation_table": "gpcnn_forecast_test.nope"}, TableError, "nope"),
+        ({"shared_sample": 0.7}, TableError, "0 < p <= 0.5"),
+        ({"shared_sample": 0.05, "segments": 3}, ValueError, "keeps every row on its segment"),
     ],
 )
 def test_bad_input_is_refused_before_any_pilot(db, tables, change, error, message):
@@ -87,12 +97,16 @@ def test_bad_input_is_refused_before_any_pilot(db, tables, change, error, messag
     assert len(pilots(db)) == before
 
 
-def test_a_pilot_of_another_model_is_not_reused(db, tables):
+def test_a_pilot_of_another_model_is_not_reused_and_its_cost_is_told_from_the_tables_runs(
+    db, tables, capsys
+):
     train, test = tables
     before = len(pilots(db))
     other = dense_net()  # the same parameters, another model
     gpcnn.forecast(db, train, other, epochs=8, validation_table=test, **PARAMS)
     assert len(pilots(db)) == before + 2
+    said = capsys.readouterr().out.splitlines()[0]
+    assert said.endswith("under a minute, as fits of these tables took"), said
 
 
 def test_the_command_line_prints_the_forecast(db, tables, capsys):
@@ -147,3 +161,32 @@ def test_a_fit_after_a_forecast_warns_against_its_one_worker_pilot(db, tables, c
     with caplog.at_level(logging.INFO, logger="gpcnn"):
         elsewhere.set_params(iterations=3, verbose=0).fit(train)  # no pilot of seed 1
     assert sum("one-worker pilot" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_on_a_skewed_table_the_plan_also_forecasts_re_dealing_and_a_shared_sample(db, tables):
+    _, test = tables
+    x, y = learnable_images(120)
+    skewed = f"{SCHEMA}.skewed"
+    load_images(
+        db,
+        skewed,
+        x,
+        y,
+        segments=2,
+        distribution="label-skew",
+        skew=0.1,
+        replace=True,
+        progress=False,
+    )
+    assert describe(db, skewed).label_skew.max >= pilot_law.SKEWED
+    made = gpcnn.plan(db, skewed, tiny_cnn(), epochs=6, validation_table=test, **PARAMS)
+    assert [c.words() for c in made.candidates][3:] == [
+        "average, 1 merge(s) per epoch, table re-dealt IID",
+        "bmuf, 1 merge(s) per epoch, table re-dealt IID",
+        "bmuf, 4 merge(s) per epoch, table re-dealt IID",
+        "average, 1 merge(s) per epoch, shared sample 5 %",
+        "bmuf, 4 merge(s) per epoch, shared sample 5 %",
+    ]
+    shared = describe(db, f"{skewed}_pilot_k2_shared5_s0")
+    assert shared.segments == 2 and shared.shared_images == 6  # 5 % of 120
+    assert "shared sample of 5 %" in made.candidates[-1].forecast.rests_on

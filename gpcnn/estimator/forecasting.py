@@ -9,17 +9,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from gpcnn.data.redealing import redeal
+from gpcnn.data.dealing import check_shared_sample
+from gpcnn.data.redealing import add_shared_sample, redeal
 from gpcnn.data.tables import ImageTable, describe
 from gpcnn.engines import Database, connect
 from gpcnn.estimator.greenplum_cnn import GreenplumCNN
 from gpcnn.fit import runs
+from gpcnn.fit.forecast.early_warning import CALIBRATED_LAYERS, layer_signature
 from gpcnn.fit.forecast.pilot_law import PILOT_EPOCHS, GapForecast, gap_forecast
-from gpcnn.fit.forecast.pilots import ONE_WORKER, pilot_table
+from gpcnn.fit.forecast.pilots import ONE_WORKER, epoch_seconds, pilot_table
 from gpcnn.fit.validation import check_model_fits, validation_source
 
 LOG = logging.getLogger("gpcnn")
-CALIBRATED = "bn_cnn"  # the model the law was fitted on (docs/convergence.md)
 
 
 def forecast(
@@ -32,6 +33,7 @@ def forecast(
     validation_table=None,
     seed: int = 0,
     redealt: bool = False,
+    shared_sample: float = 0.0,
     **params: Any,
 ) -> GapForecast:
     """Forecast a fit's gap to one worker at epoch ``epochs``, with a 90 % interval, before it runs.
@@ -64,6 +66,10 @@ def forecast(
     redealt : bool, default False
         Forecast the fit on the table dealt again IID over ``segments`` (``gpcnn.redeal``),
         the remedy for a label-skewed table whose rows may move.
+    shared_sample : float, default 0
+        Forecast the fit on the table with a shared IID sample of this share of the images
+        added beside each segment's own (``gpcnn.add_shared_sample``, e.g. 0.05): the remedy
+        when the rows must stay where they are.
     **params
         Any other ``GreenplumCNN`` parameter of the fit (``merge``, ``merges_per_epoch``,
         ``optimizer``, ``learning_rate``, ``batch_size``, ...).
@@ -93,25 +99,37 @@ def forecast(
     info = describe(db, table)
     k = info.segments if segments is None else int(segments)
     _check(info, k, epochs, validation_table, params)
+    if shared_sample:
+        check_shared_sample(shared_sample)
+    if shared_sample and (redealt or k != info.segments):
+        raise ValueError(
+            f"shared_sample={shared_sample!r} keeps every row on its segment: it cannot be "
+            f"forecast re-dealt or at another number of segments than {info.table}'s {info.segments}"
+        )
     common = {"database": db, "seed": seed, "validation_table": validation_table}
-    setting = GreenplumCNN(model, **{"verbose": 0, **params, **common})
+    setting = GreenplumCNN(model, **{**params, **common})
     setting._check_params()
     built = setting._model(info)
     check_model_fits(built, info)
     validation_source(db, validation_table, built, info)
-    one_worker = GreenplumCNN(model, **{"verbose": 0, **params, **common, **ONE_WORKER})
+    one_worker = GreenplumCNN(model, **{**params, **common, **ONE_WORKER})
     merges = int(params.get("merges_per_epoch", 1))
-    LOG.info(
-        "forecast of %s: pilots of %d epochs, one worker and %d segments (reused when stored)",
-        info.table,
-        PILOT_EPOCHS,
-        k,
-    )
-    target = info if k == info.segments and not redealt else _copy(db, info, k, seed)
+    if shared_sample:
+        target = _shared(db, info, shared_sample, seed)
+    elif k == info.segments and not redealt:
+        target = info
+    else:
+        target = _copy(db, info, k, seed)
     single = _copy(db, info, 1, seed)
     model_json = built.to_json()  # both pilots' architecture (the copies hold the same items)
-    history = _pilot(db, setting, target, model_json, PILOT_EPOCHS * merges)
-    reference = _pilot(db, one_worker, single, model_json, PILOT_EPOCHS)
+    pilots = [(setting, target, PILOT_EPOCHS * merges), (one_worker, single, PILOT_EPOCHS)]
+    stored = [_stored(db, est, on, model_json, n) for est, on, n in pilots]
+    _announce(
+        db, info, [p for p, done in zip(pilots, stored, strict=True) if not done], setting.verbose
+    )
+    history, reference = (
+        done or _train(est, on) for (est, on, _), done in zip(pilots, stored, strict=True)
+    )
     skew = target.label_skew.max if target.label_skew is not None else 0.0
     return gap_forecast(
         _accuracy(reference),
@@ -120,7 +138,7 @@ def forecast(
         segments=k,
         skew_max=skew,
         seconds_per_epoch=sum(r["seconds"] for r in history) / PILOT_EPOCHS,
-        rests_on=_rests_on(model, target is not info),
+        rests_on=_rests_on(model_json, target is not info, shared_sample),
     )
 
 
@@ -154,11 +172,20 @@ def _copy(db: Database, info: ImageTable, k: int, seed: int) -> ImageTable:
     return redeal(db, info.table, name, segments=k, seed=seed, replace=copy is not None)
 
 
-def _pilot(
+def _shared(db: Database, info: ImageTable, fraction: float, seed: int) -> ImageTable:
+    """The table with a shared sample of ``fraction`` added (``pilot_table``): made once."""
+    name = pilot_table(info.table, info.segments, seed, shared=fraction)
+    try:
+        return describe(db, name)
+    except ValueError:
+        return add_shared_sample(db, info.table, name, fraction, seed=seed)
+
+
+def _stored(
     db: Database, est: GreenplumCNN, info: ImageTable, model_json: str, iterations: int
 ) -> list[dict]:
-    """The history of ``est``'s pilot on ``info``: a stored finished run of the same model with
-    the same result-changing parameters, else a new fit of ``iterations``."""
+    """The history of ``est``'s pilot on ``info`` if one is stored: a finished run of the same
+    model, result-changing parameters and validation table; else []."""
     est.set_params(iterations=iterations)
     params = est.stored_params()
     _, history = runs.finished_like(
@@ -169,8 +196,38 @@ def _pilot(
         iterations,
         validation_table=params["validation_table"],
     )
-    if history:
-        return history[:iterations]
+    return history[:iterations]
+
+
+def _announce(db: Database, info: ImageTable, training: list, verbose: int) -> None:
+    """What the pilots to train will cost, before the first starts: on the ``gpcnn`` logger,
+    and printed unless ``verbose`` is 0 (each pilot then shows its own bar)."""
+    if not training:
+        said = "both pilots are stored: nothing to train"
+    else:
+        names = [
+            f"{t.segments} segments" if t.segments > 1 else "one worker" for _, t, _ in training
+        ]
+        measured = [epoch_seconds(db, str(t.table)) for _, t, _ in training]
+        seconds = [s for s in measured if s is not None]
+        minutes = PILOT_EPOCHS * sum(seconds) / 60
+        cost = (
+            "the bars show the time left once the first epoch ends"
+            if len(seconds) < len(measured)
+            else f"about {minutes:.0f} minutes, as fits of these tables took"
+            if minutes >= 1
+            else "under a minute, as fits of these tables took"
+        )
+        said = (
+            f"{len(training)} pilot(s) of {PILOT_EPOCHS} epochs to train ({', '.join(names)}): "
+            + cost
+        )
+    LOG.info("forecast of %s: %s", info.table, said)
+    if verbose:
+        print(f"Forecast of {info.table}: {said}")
+
+
+def _train(est: GreenplumCNN, info: ImageTable) -> list[dict]:
     with est:
         est.fit(str(info.table))
     return list(est.history_)
@@ -183,14 +240,16 @@ def _accuracy(history: list[dict]) -> float:
     return float(row["val_accuracy"])
 
 
-def _rests_on(model: Any, copied: bool) -> str:
-    calibrated = getattr(model, "__name__", None) == CALIBRATED
+def _rests_on(model_json: str, copied: bool, shared: float) -> str:
+    calibrated = layer_signature(model_json) == CALIBRATED_LAYERS
     said = (
         "the study's law (bn_cnn, momentum SGD, Fashion-MNIST; held out: 0.3–0.5 points on IID "
         "tables, 1.1–1.6 on skewed ones)"
     )
     if not calibrated:
         said += "; this model is outside what it was calibrated on"
-    if copied:
+    if shared:
+        said += f"; the setting's pilot ran on a copy with a shared sample of {100 * shared:g} %"
+    elif copied:
         said += "; the setting's pilot ran on an IID copy dealt over its segments"
     return said

@@ -36,6 +36,8 @@ def cmd_forecast(args: argparse.Namespace) -> int:
         model,
         merge=args.merge,
         merges_per_epoch=args.merges_per_epoch,
+        redealt=args.redealt,
+        shared_sample=args.shared_sample,
         **_common(args),
     )
     print(f"forecast for {args.table}: {found.message()}")
@@ -86,6 +88,17 @@ def add_parsers(sub, with_database) -> None:
     )
     forecasting.add_argument(
         "--merges-per-epoch", type=study_arguments.positive_int, default=1, help="merges per epoch"
+    )
+    remedy = forecasting.add_mutually_exclusive_group()
+    remedy.add_argument(
+        "--redealt", action="store_true", help="forecast the table re-dealt IID over --segments"
+    )
+    remedy.add_argument(
+        "--shared-sample",
+        type=float,
+        default=0.0,
+        metavar="SHARE",
+        help="forecast the table with a shared sample of this share added (e.g. 0.05)",
     )
     forecasting.set_defaults(func=cmd_forecast)
     planned = _with_pilots(

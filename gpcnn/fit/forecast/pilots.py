@@ -18,14 +18,33 @@ from gpcnn.fit.forecast.pilot_law import PILOT_EPOCHS
 # The rule parameters of one worker: on one segment a merge changes nothing, so its pilot has
 # the estimator's defaults here and the fit's values for everything else.
 ONE_WORKER = {"merge": "average", "merge_options": None, "merges_per_epoch": 1, "local_epochs": 1}
-_COPY = re.compile(r"_pilot_k\d+_s\d+$")
+_COPY = re.compile(r"_pilot_k\d+(_shared[\dp]+)?_s\d+$")
 
 
-def pilot_table(table: TableName, segments: int, seed: int) -> TableName:
-    """The copy of ``table`` dealt IID over ``segments`` for the pilots of ``seed``, beside it;
-    a copy's own copies are named from the table it copies."""
+def pilot_table(table: TableName, segments: int, seed: int, shared: float = 0.0) -> TableName:
+    """The copy of ``table`` for the pilots of ``seed``, beside it: dealt IID over ``segments``,
+    or with a shared sample of the share ``shared`` added (``add_shared_sample``); a copy's own
+    copies are named from the table it copies."""
     base = _COPY.sub("", table.name)
-    return TableName(table.schema, f"{base}_pilot_k{segments}_s{seed}")
+    sample = f"_shared{100 * shared:g}".replace(".", "p") if shared else ""
+    return TableName(table.schema, f"{base}_pilot_k{segments}{sample}_s{seed}")
+
+
+def epoch_seconds(db: Database, table: str) -> float | None:
+    """Seconds per epoch of the newest finished run of ``table`` (None: none finished): what a
+    pilot of it is expected to cost before it starts."""
+    with db.begin() as conn:
+        catalog = Catalog(conn, db.backend)
+        catalog.ensure_tables()
+        done = [
+            r.run_id
+            for r in catalog.run_summaries(None)
+            if r.table == table and r.status == "finished"
+        ]
+        rows = catalog.iterations(max(done)) if done else []
+    if not rows or not rows[-1]["epoch"]:
+        return None
+    return sum(r["seconds"] for r in rows) / rows[-1]["epoch"]
 
 
 def one_worker_reference(
