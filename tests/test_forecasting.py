@@ -62,11 +62,13 @@ def test_a_forecast_runs_two_pilots_then_reuses_them(db, tables, capsys):
         ("train_pilot_k1_s0", 3),
     ]
     assert describe(db, "gpcnn_forecast_test.train_pilot_k1_s0").segments == 1
+    assert found.pilot_runs == tuple(r["run_id"] for r in made)
     assert found.segments == 2 and found.low < found.gap < found.high
     assert found.gap == pytest.approx(found.pilot_gap * pilot_law.ratio(8, found.skew_max))
     assert "outside what it was calibrated on" in found.rests_on
     again = gpcnn.forecast(db, train, tiny_cnn(), epochs=8, validation_table=test, **PARAMS)
     assert len(pilots(db)) == before + 2 and again.gap == pytest.approx(found.gap)
+    assert again.pilot_runs == found.pilot_runs
     assert (
         capsys.readouterr().out
         == f"Forecast of {train}: both pilots are stored: nothing to train\n"

@@ -3,6 +3,7 @@ is committed without outputs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -26,7 +27,7 @@ def test_the_notebook_runs_top_to_bottom_on_tiny_data(db, schema, tmp_path):
     url = db.url.render_as_string(hide_password=False)
     parameters.source = (
         'DATASET = "mnist-sample"\nLIMIT = 400\nSEGMENTS = 2\nITERATIONS = 3\n'
-        'RULES = ["average", "bmuf"]\nLEARNING_RATE = 0.05\n'
+        'RULES = ["average", "bmuf"]\nLEARNING_RATE = 0.05\nFORECAST_EPOCHS = 4\n'
         f"DATABASE = {url!r}\nSCHEMA = {schema!r}\n"
     )
     NotebookClient(
@@ -36,6 +37,8 @@ def test_the_notebook_runs_top_to_bottom_on_tiny_data(db, schema, tmp_path):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "average: run" in text and "bmuf: run" in text
     assert "best validation accuracy after 3 iterations" in text
-    assert "average: drift ratio" in text and "on course to end about" in text  # early warning
     assert "average: drift ratio" in text and "bmuf: drift ratio" in text  # the diagnostics
+    assert "at epoch 4 with 2 segments: about" in text  # the forecast
+    assert "cheapest within 1 points" in text or "no setting gpcnn knows" in text  # the plan
+    assert re.search(r"measured -?\d+\.\d: (inside|outside) the interval", text)  # the score
     assert any("image/png" in o.get("data", {}) for o in outputs)  # the figure, inline

@@ -79,7 +79,9 @@ def forecast(
     GapForecast
         ``gap`` (points below one worker; negative: above), ``low`` and ``high`` (the 90 %
         interval), the pilots' gap at epoch 3, the table's skew index, the setting's seconds per
-        epoch, and ``rests_on``: what the law was calibrated on, and where this forecast differs.
+        epoch, ``rests_on``: what the law was calibrated on, and where this forecast differs, and
+        ``pilot_runs``: the runs of the setting's and the one worker's pilots (continue the
+        setting's into the fit with ``fit(table, resume=...)``, on the table its run names).
 
     Raises
     ------
@@ -124,11 +126,11 @@ def forecast(
     model_json = built.to_json()  # both pilots' architecture (the copies hold the same items)
     pilots = [(setting, target, PILOT_EPOCHS * merges), (one_worker, single, PILOT_EPOCHS)]
     stored = [_stored(db, est, on, model_json, n) for est, on, n in pilots]
-    _announce(
-        db, info, [p for p, done in zip(pilots, stored, strict=True) if not done], setting.verbose
-    )
-    history, reference = (
-        done or _train(est, on) for (est, on, _), done in zip(pilots, stored, strict=True)
+    training = [p for p, (run_id, _) in zip(pilots, stored, strict=True) if not run_id]
+    _announce(db, info, training, setting.verbose)
+    (setting_run, history), (single_run, reference) = (
+        done if done[0] else _train(est, on)
+        for (est, on, _), done in zip(pilots, stored, strict=True)
     )
     skew = target.label_skew.max if target.label_skew is not None else 0.0
     return gap_forecast(
@@ -139,6 +141,7 @@ def forecast(
         skew_max=skew,
         seconds_per_epoch=sum(r["seconds"] for r in history) / PILOT_EPOCHS,
         rests_on=_rests_on(model_json, target is not info, shared_sample),
+        pilot_runs=(setting_run, single_run),
     )
 
 
@@ -183,12 +186,12 @@ def _shared(db: Database, info: ImageTable, fraction: float, seed: int) -> Image
 
 def _stored(
     db: Database, est: GreenplumCNN, info: ImageTable, model_json: str, iterations: int
-) -> list[dict]:
-    """The history of ``est``'s pilot on ``info`` if one is stored: a finished run of the same
-    model, result-changing parameters and validation table; else []."""
+) -> tuple[int, list[dict]]:
+    """(run id, history) of ``est``'s pilot on ``info`` if one is stored: a finished run of the
+    same model, result-changing parameters and validation table; else (0, [])."""
     est.set_params(iterations=iterations)
     params = est.stored_params()
-    _, history = runs.finished_like(
+    run_id, history = runs.finished_like(
         db,
         str(info.table),
         params,
@@ -196,7 +199,7 @@ def _stored(
         iterations,
         validation_table=params["validation_table"],
     )
-    return history[:iterations]
+    return run_id, history[:iterations]
 
 
 def _announce(db: Database, info: ImageTable, training: list, verbose: int) -> None:
@@ -227,10 +230,10 @@ def _announce(db: Database, info: ImageTable, training: list, verbose: int) -> N
         print(f"Forecast of {info.table}: {said}")
 
 
-def _train(est: GreenplumCNN, info: ImageTable) -> list[dict]:
+def _train(est: GreenplumCNN, info: ImageTable) -> tuple[int, list[dict]]:
     with est:
         est.fit(str(info.table))
-    return list(est.history_)
+    return est.run_id_, list(est.history_)
 
 
 def _accuracy(history: list[dict]) -> float:

@@ -54,6 +54,7 @@ class GapForecast:
     high: float
     seconds_per_epoch: float  # the setting's pilot, at its K
     rests_on: str
+    pilot_runs: tuple[int, int] = (0, 0)  # the runs of the setting's and the one worker's pilots
 
     def message(self) -> str:
         """The forecast in one sentence."""
@@ -74,6 +75,7 @@ def gap_forecast(
     skew_max: float = 0.0,
     seconds_per_epoch: float = 0.0,
     rests_on: str = "",
+    pilot_runs: tuple[int, int] = (0, 0),
 ) -> GapForecast:
     """The forecast from the pilots' validation accuracies at epoch 3 (``one_worker`` and
     ``setting``, fractions): ``rho(E) * x`` and its interval. At epoch 3 or before, the pilot's
@@ -84,5 +86,14 @@ def gap_forecast(
     base, slope = SKEWED_WIDTH if skew_max >= SKEWED else IID_WIDTH
     half = base + slope * abs(gap)
     return GapForecast(
-        epochs, segments, pilot, skew_max, gap, gap - half, gap + half, seconds_per_epoch, rests_on
+        epochs,
+        segments,
+        pilot,
+        skew_max,
+        gap,
+        gap - half,
+        gap + half,
+        seconds_per_epoch,
+        rests_on,
+        pilot_runs,
     )
