@@ -30,6 +30,7 @@ LAYERS = (
     "fit",
     "serving",
     "estimator",
+    "madlib",
     "study",
     "tools",
 )

@@ -32,7 +32,10 @@ SHARED_SAMPLE = (
     "ended 6.3 below)"
 )
 REDEAL = "re-dealing the table IID when its rows may move (gpcnn.redeal)"
-FORECAST = "gpcnn.forecast(..., validation_table=...) says what this table's fit is heading for"
+FORECAST = (
+    "gpcnn.forecast(..., validation_table=...) says what this table's fit is heading for, and "
+    "gpcnn.plan(...) forecasts it with each remedy"
+)
 
 
 def measured(
