@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gpcnn.study.report import read_csv
-
-LAST_EPOCHS = 2
+from gpcnn.study.report import read_csv, sweep_score
 
 
 def scores(sweep: Path) -> dict[str, dict[float, float]]:
@@ -26,11 +24,7 @@ def scores(sweep: Path) -> dict[str, dict[float, float]]:
         if not csv.exists():
             continue
         optimizer, rate = folder.name.split("-lr")
-        rows = read_csv(csv)
-        last = sorted(rows, key=lambda r: r["epoch"])[-LAST_EPOCHS:]
-        found.setdefault(optimizer, {})[float(rate)] = sum(r["val_accuracy"] for r in last) / len(
-            last
-        )
+        found.setdefault(optimizer, {})[float(rate)] = sweep_score(read_csv(csv))
     return found
 
 

@@ -56,6 +56,7 @@ def test_keras_2_architectures_load_in_keras_3_with_their_layers_and_weights(
 def test_options_are_kept_and_keras_2_spellings_replaced():
     model = read("sequential_2_1_6.json")
     model["config"][0]["config"]["kernel_initializer"]["config"]["distribution"] = "normal"
+    model["config"][0]["config"]["trainable"] = False  # MADlib's transfer-learning example
     model["config"][1]["config"]["kernel_regularizer"] = {
         "class_name": "L1L2",
         "config": {"l1": 0.0, "l2": 0.01},
@@ -63,7 +64,7 @@ def test_options_are_kept_and_keras_2_spellings_replaced():
     built = keras_module().models.model_from_json(keras3_json(model))
     first, second = built.layers[0], built.layers[1]
     assert first.kernel_initializer.distribution == "truncated_normal"  # Keras 2's "normal"
-    assert first.activation.__name__ == "relu" and first.units == 10
+    assert first.activation.__name__ == "relu" and first.units == 10 and not first.trainable
     assert second.kernel_regularizer.l2 == pytest.approx(0.01)
 
 

@@ -24,6 +24,9 @@ part j's fit of the gap against K, the drift ratio, the loading benchmark; and `
 ``loading/skew-share``, ``loading/seconds/ROW``
     ``bench/results/loading.json``: the label-skew count's share of ``load_images`` at K = 2 (the
     median of the paired rounds' ratios), and a row's median seconds (2 decimals).
+``sweep/OPTIMIZER/RATE``
+    the learning-rate sweep's score of a rate (``report.sweep_score``: one worker's mean validation
+    accuracy over its last 2 epochs), 4 decimals.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 from gpcnn.fit.forecast import gap_law
 from gpcnn.study import doc_facts, doc_seconds, doc_warning, report, rule_docs
 from gpcnn.study.doc_numbers import MissingSource
-from gpcnn.study.doc_results import Results
+from gpcnn.study.doc_results import STUDY, Results
 
 LOADING = Path("bench/results/loading.json")
 # The loading benchmark's rows by a short name (its table names them in prose).
@@ -205,6 +208,12 @@ def _loading(results: Results, what: str, row: str | None = None) -> str:
     raise MissingSource(f"loading/{what}/{row}: no such row in {LOADING}")
 
 
+def _sweep(results: Results, optimizer: str, rate: str) -> str:
+    """The sweep's score of ``optimizer`` at learning rate ``rate`` (``report.sweep_score``)."""
+    rows = report.read_csv(results.file(STUDY / "sweep" / f"{optimizer}-lr{rate}" / "history.csv"))
+    return f"{report.sweep_score(rows):.4f}"
+
+
 SOURCES: dict[str, Callable[..., str]] = {
     "hopper/first-to-90": _first_to_90,
     "hopper/ahead": _ahead,
@@ -214,6 +223,7 @@ SOURCES: dict[str, Callable[..., str]] = {
     "measured": _measured,
     "drift": _drift,
     "loading": _loading,
+    "sweep": _sweep,
 }
 
 

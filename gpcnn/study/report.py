@@ -129,6 +129,16 @@ def mean_sd(values: Sequence[float]) -> tuple[float, float | None]:
     return mean, (statistics.stdev(values) if len(values) > 1 else None)
 
 
+SWEEP_EPOCHS = 2  # a learning rate's score: its last epochs' mean (one moves a point or more)
+
+
+def sweep_score(history: Sequence[dict]) -> float:
+    """A learning rate's score in the sweep: one worker's mean validation accuracy over its last
+    ``SWEEP_EPOCHS`` epochs."""
+    last = sorted(history, key=lambda r: r["epoch"])[-SWEEP_EPOCHS:]
+    return sum(r["val_accuracy"] for r in last) / len(last)
+
+
 def epochs_to(history: Sequence[dict], target: float) -> float | None:
     """The first epoch at which validation accuracy reached ``target`` (None: never)."""
     return next(
