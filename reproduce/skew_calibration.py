@@ -11,23 +11,20 @@ IID tables, whose index is sampling noise.
 from __future__ import annotations
 
 from gpcnn import datasets
-from gpcnn.data.dealing import class_counts, deal
-from gpcnn.engines.label_skew_sql import skew_index
+from gpcnn.study.doc_sources import dealt_skew
 
 
 def main() -> None:
     y = datasets.load_fashion_mnist().y_train
     print("| table (K = 4) | seed | largest segment | image-weighted mean |")
     print("|---|---|---|---|")
-    for distribution, alpha in (("iid", None), ("label-skew", 1.0), ("label-skew", 0.1)):
+    for alpha in (None, 1.0, 0.1):
         for seed in (0, 1, 2):
-            order, counts = deal(y, 4, seed, distribution, alpha)
-            index = skew_index(class_counts(y, order, counts, 10))
+            index = dealt_skew(y, 4, seed, alpha)
             label = "IID" if alpha is None else f"α = {alpha:g}"
             print(f"| {label} | {seed} | {index.max:.3f} | {index.mean:.3f} |")
     for n, k in ((1_000, 4), (1_000, 16), (4_000, 16)):
-        order, counts = deal(y[:n], k, 0)
-        index = skew_index(class_counts(y[:n], order, counts, 10))
+        index = dealt_skew(y[:n], k, 0)
         print(f"| IID, {n:,} images, K = {k} | 0 | {index.max:.3f} | {index.mean:.3f} |")
 
 

@@ -27,6 +27,10 @@ part j's fit of the gap against K, the drift ratio, the loading benchmark; and `
 ``sweep/OPTIMIZER/RATE``
     the learning-rate sweep's score of a rate (``report.sweep_score``: one worker's mean validation
     accuracy over its last 2 epochs), 4 decimals.
+``skew/TABLE/FIELD``
+    the label skew (``max`` or ``mean``) of Fashion-MNIST's training labels as ``load_images``
+    deals them (``dealt_skew``): ``iid-SEED`` or ``alphaA-SEED`` at K = 4, 3 decimals; ``iid-N-K``,
+    the first N images over K segments (seed 0), 2 decimals.
 """
 
 from __future__ import annotations
@@ -36,6 +40,12 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+import numpy as np
+
+from gpcnn.data.dealing import class_counts, deal
+from gpcnn.data.labelled import DatasetError
+from gpcnn.data.mnist import load_fashion_mnist
+from gpcnn.engines.label_skew_sql import SkewIndex, skew_index
 from gpcnn.fit.forecast import gap_law
 from gpcnn.study import doc_facts, doc_seconds, doc_warning, report, rule_docs
 from gpcnn.study.doc_numbers import MissingSource
@@ -214,6 +224,36 @@ def _sweep(results: Results, optimizer: str, rate: str) -> str:
     return f"{report.sweep_score(rows):.4f}"
 
 
+def dealt_skew(y: np.ndarray, segments: int, seed: int, alpha: float | None = None) -> SkewIndex:
+    """The label skew of ``y`` as ``load_images`` deals it over ``segments`` (IID, or Dirichlet
+    ``alpha``) for ``seed``: what the catalog would measure, without a database."""
+    distribution = "iid" if alpha is None else "label-skew"
+    order, counts = deal(y, segments, seed, distribution, alpha)
+    return skew_index(class_counts(y, order, counts, int(y.max()) + 1))
+
+
+@cache
+def _fashion_labels() -> np.ndarray:
+    try:
+        return load_fashion_mnist().y_train
+    except DatasetError as error:
+        raise MissingSource(f"Fashion-MNIST: {error}") from None
+
+
+def _skew(results: Results, table: str, field: str) -> str:
+    """``table``: ``iid-SEED``, ``alphaA-SEED`` (K = 4, all 60,000 images) or ``iid-N-K`` (the
+    first N images over K segments, seed 0); ``field``: ``max`` or ``mean``, 3 decimals (2 for
+    the small tables)."""
+    kind, *numbers = table.split("-")
+    y = _fashion_labels()
+    if len(numbers) == 2:
+        found, digits = dealt_skew(y[: int(numbers[0])], int(numbers[1]), 0), 2
+    else:
+        alpha = None if kind == "iid" else float(kind.removeprefix("alpha"))
+        found, digits = dealt_skew(y, 4, int(numbers[0]), alpha), 3
+    return f"{getattr(found, field):.{digits}f}"
+
+
 SOURCES: dict[str, Callable[..., str]] = {
     "hopper/first-to-90": _first_to_90,
     "hopper/ahead": _ahead,
@@ -224,6 +264,7 @@ SOURCES: dict[str, Callable[..., str]] = {
     "drift": _drift,
     "loading": _loading,
     "sweep": _sweep,
+    "skew": _skew,
 }
 
 
