@@ -8,6 +8,8 @@ exceeds twice that standard error, else *within noise*.
     mean validation accuracy over the seeds, 4 decimals.
 ``cell/PART/SETTING/EPOCH``
     mean ± sd over the seeds (``report.cell``: 4 decimals; the mean alone for one seed).
+``each/PART/SETTING/EPOCH``, ``sd/PART/SETTING/EPOCH``
+    each seed's validation accuracy in the seeds' order, 4 decimals; their sd in points, 1 decimal.
 ``window/PART/SETTING/FIRST/LAST``
     the mean over seeds of each seed's mean accuracy over epochs FIRST to LAST, 4 decimals.
 ``gap/PART/SETTING/REFERENCE/EPOCH/FORM``
@@ -80,6 +82,14 @@ def _cell(results: Results, part, setting, epoch) -> str:
     return report.cell(results.values(part, setting, float(epoch)))
 
 
+def _each(results: Results, part, setting, epoch) -> str:
+    return ", ".join(f"{v:.4f}" for v in results.values(part, setting, float(epoch)))
+
+
+def _sd(results: Results, part, setting, epoch) -> str:
+    return f"{100 * statistics.stdev(results.values(part, setting, float(epoch))):.1f}"
+
+
 def _window(results: Results, part, setting, first, last) -> str:
     """The mean over seeds of each seed's mean accuracy over epochs ``first`` to ``last``."""
     epochs = range(int(first), int(last) + 1)
@@ -122,6 +132,8 @@ def _seeds(results: Results, part, setting) -> str:
 COMPUTATIONS: dict[str, Callable[..., str]] = {
     "acc": _acc,
     "cell": _cell,
+    "each": _each,
+    "sd": _sd,
     "window": _window,
     "gap": _gap,
     "spread": _spread,
