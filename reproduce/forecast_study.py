@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,8 @@ from gpcnn.data.mnist import load_fashion_mnist
 from gpcnn.fit import runs
 from gpcnn.fit.forecast.pilot_law import PILOT_EPOCHS
 from gpcnn.fit.forecast.pilots import ONE_WORKER, pilot_table
+from gpcnn.study.doc_numbers import MissingSource
+from gpcnn.study.doc_sources import facts
 
 OUT = Path("docs/img/study/k")
 SCHEMA = "gpcnn_study"  # the study's functions and runs (reproduce/study.sh installs them)
@@ -219,52 +220,22 @@ def runs_step(db: gpcnn.Database, configs: list[Config], seeds: list[int]) -> No
             continue_run(db, f"{c.number}-plan-s0", setting, c.model, params, 0)
 
 
-def accuracy_at(history: list[dict], epoch: float) -> float:
-    return float(next(r for r in history if r["epoch"] >= epoch)["val_accuracy"])
-
-
 def score_step() -> None:
-    forecasts = read_json(OUT / "forecasts.json")
-    print("| # | model, optimizer | K | table | rule | forecast (90 %) | measured | held |")
-    print("|---|---|---|---|---|---|---|---|")
-    errors: dict[bool, list[float]] = {True: [], False: []}
-    held = 0
-    for c in CONFIGS:
-        done = [
-            (forecasts[k], read_json(OUT / "runs" / f"{c.number}-s{s}.json"), s)
-            for s in (0, 1)
-            if (k := f"{c.number}-s{s}") in forecasts
-            and (OUT / "runs" / f"{c.number}-s{s}.json").exists()
-            and (OUT / "runs" / f"{c.number}-single-s{s}.json").exists()
-        ]
-        if not done:
-            continue
-        gaps = [
-            100
-            * (
-                accuracy_at(read_json(OUT / "runs" / f"{c.number}-single-s{s}.json")["history"], 8)
-                - accuracy_at(run["history"], EPOCHS)
-            )
-            for _, run, s in done
-        ]
-        gap = statistics.mean(gaps)
-        predicted = statistics.mean(f["gap"] for f, _, _ in done)
-        low = statistics.mean(f["low"] for f, _, _ in done)
-        high = statistics.mean(f["high"] for f, _, _ in done)
-        inside = low <= gap <= high
-        held += inside
-        errors[c.alpha is None].append(abs(predicted - gap))
-        table = "IID" if c.alpha is None else f"α = {c.alpha}"
-        rule = c.merge + (f", {c.merges_per_epoch}/epoch" if c.merges_per_epoch > 1 else "")
-        print(
-            f"| {c.number} | {c.model}, {c.optimizer} | {c.segments} | {table} | {rule} | "
-            f"{predicted:.2f} [{low:.2f}, {high:.2f}] | {gap:.2f} ({len(done)} seeds) | "
-            f"{'yes' if inside else 'no'} |"
-        )
-    for iid, label in ((True, "IID"), (False, "skewed")):
-        if errors[iid]:
-            print(f"\nmean absolute error, {label}: {statistics.mean(errors[iid]):.2f} points")
-    print(f"intervals held: {held}")
+    """The score as docs/convergence.md renders it (``gpcnn.study.doc_forecast``)."""
+    fact = facts(Path("."))
+    print(fact("forecast/score").strip())
+    print(f"\nintervals held: {fact('forecast/held')}")
+    said = {
+        "mean absolute error, IID tables (points)": "forecast/mae/iid",
+        "mean absolute error, skewed tables (points)": "forecast/mae/skewed",
+        "root-mean-square error of each seed, skewed tables (points)": "forecast/rms/skewed",
+        "the pilots' seconds against the run's": "forecast/cost",
+    }
+    for label, key in said.items():
+        try:
+            print(f"{label}: {fact(key)}")
+        except MissingSource as missing:
+            print(f"{label}: {missing}")
 
 
 def read_json(path: Path) -> dict:

@@ -47,7 +47,7 @@ from gpcnn.data.labelled import DatasetError
 from gpcnn.data.mnist import load_fashion_mnist
 from gpcnn.engines.label_skew_sql import SkewIndex, skew_index
 from gpcnn.fit.forecast import gap_law
-from gpcnn.study import doc_facts, doc_seconds, doc_warning, report, rule_docs
+from gpcnn.study import doc_facts, doc_forecast, doc_seconds, doc_warning, report, rule_docs
 from gpcnn.study.doc_numbers import MissingSource
 from gpcnn.study.doc_results import STUDY, Results
 
@@ -268,7 +268,12 @@ SOURCES: dict[str, Callable[..., str]] = {
 }
 
 
-COMPUTATIONS = {**doc_facts.COMPUTATIONS, **doc_seconds.COMPUTATIONS, **doc_warning.COMPUTATIONS}
+COMPUTATIONS = {
+    **doc_facts.COMPUTATIONS,
+    **doc_seconds.COMPUTATIONS,
+    **doc_warning.COMPUTATIONS,
+    **doc_forecast.COMPUTATIONS,
+}
 
 
 def computed(results: Results, key: str) -> str:
