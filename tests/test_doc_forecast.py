@@ -23,6 +23,7 @@ def forecast(number: int, seed: int, gap: float, alpha: float | None = None) -> 
         "gap": gap,
         "low": gap - 1,
         "high": gap + 1,
+        "skew_max": 0.01 if alpha is None else 0.5,
     }
 
 

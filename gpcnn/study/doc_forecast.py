@@ -73,13 +73,16 @@ def by_configuration(forecasts: dict) -> dict[int, list[dict]]:
 
 def _table(results: Results) -> str:
     lines = [
-        "| # | model, optimizer | K | table | rule | forecast at epoch 8, each seed [90 %] | mean |",
+        "| # | model, optimizer | K | table (skew index) | rule | forecast at epoch 8, each seed "
+        "[90 %] | mean |",
         "|---|---|---|---|---|---|---|",
     ]
     for number, records in by_configuration(results.json(PART / "forecasts.json")).items():
         seeds = "; ".join(f"{r['gap']:.1f} [{r['low']:.1f}, {r['high']:.1f}]" for r in records)
         mean = statistics.fmean(r["gap"] for r in records)
-        cells = [str(number), *describe(records[0]["config"]), seeds, f"{mean:.1f}"]
+        model, k, table, rule = describe(records[0]["config"])
+        skew = ", ".join(f"{r['skew_max']:.2f}" for r in records)
+        cells = [str(number), model, k, f"{table} ({skew})", rule, seeds, f"{mean:.1f}"]
         lines.append("| " + " | ".join(cells).replace("-", "−") + " |")
     return "\n\n" + "\n".join(lines) + "\n\n"
 
