@@ -61,12 +61,12 @@ def root(tmp_path: Path) -> Path:
 def test_the_forecasts_table_has_a_row_per_configuration_with_each_seed(root):
     table = facts(root)("forecast/table")
     assert (
-        "| 1 | `small_cnn`, momentum | 6 | IID | average | 1.0 [0.0, 2.0]; 2.0 [1.0, 3.0] | 1.5 |"
-        in table
+        "| 1 | `small_cnn`, momentum | 6 | IID (0.01, 0.01) | average | 1.0 [0.0, 2.0]; "
+        "2.0 [1.0, 3.0] | 1.5 |" in table
     )
     assert (
-        "| 2 | `small_cnn`, momentum | 6 | Dirichlet α = 0.3 | average | 5.0 [4.0, 6.0] | 5.0 |"
-        in table
+        "| 2 | `small_cnn`, momentum | 6 | Dirichlet α = 0.3 (0.50) | average | 5.0 [4.0, 6.0] "
+        "| 5.0 |" in table
     )
 
 
