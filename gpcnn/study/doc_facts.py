@@ -8,6 +8,9 @@ exceeds twice that standard error, else *within noise*.
     mean validation accuracy over the seeds, 4 decimals.
 ``cell/PART/SETTING/EPOCH``
     mean ± sd over the seeds (``report.cell``: 4 decimals; the mean alone for one seed).
+``metric/PART/SETTING/EPOCH/METRIC``, ``pct/PART/SETTING/EPOCH``
+    the mean over seeds of a history column (``val_loss``, ``loss``, ...), 2 decimals; the mean
+    validation accuracy in percent, 1 decimal.
 ``each/PART/SETTING/EPOCH``, ``sd/PART/SETTING/EPOCH``
     each seed's validation accuracy in the seeds' order, 4 decimals; their sd in points, 1 decimal.
 ``window/PART/SETTING/FIRST/LAST``
@@ -82,6 +85,14 @@ def _cell(results: Results, part, setting, epoch) -> str:
     return report.cell(results.values(part, setting, float(epoch)))
 
 
+def _metric(results: Results, part, setting, epoch, metric) -> str:
+    return f"{statistics.fmean(results.values(part, setting, float(epoch), metric)):.2f}"
+
+
+def _pct(results: Results, part, setting, epoch) -> str:
+    return f"{100 * statistics.fmean(results.values(part, setting, float(epoch))):.1f}"
+
+
 def _each(results: Results, part, setting, epoch) -> str:
     return ", ".join(f"{v:.4f}" for v in results.values(part, setting, float(epoch)))
 
@@ -133,6 +144,8 @@ COMPUTATIONS: dict[str, Callable[..., str]] = {
     "acc": _acc,
     "cell": _cell,
     "each": _each,
+    "metric": _metric,
+    "pct": _pct,
     "sd": _sd,
     "window": _window,
     "gap": _gap,

@@ -76,9 +76,11 @@ class Results:
             )
         return found[setting]
 
-    def values(self, part: str, setting: str, epoch: float) -> list[float]:
-        """Each seed's validation accuracy at ``epoch``."""
-        found = [report.at_epoch(h, epoch, "val_accuracy") for h in self.setting(part, setting)]
+    def values(
+        self, part: str, setting: str, epoch: float, metric: str = "val_accuracy"
+    ) -> list[float]:
+        """Each seed's ``metric`` (validation accuracy unless given) at ``epoch``."""
+        found = [report.at_epoch(h, epoch, metric) for h in self.setting(part, setting)]
         values = [v for v in found if v is not None]
         if not values:
             raise MissingSource(f"{part}:{setting} has no epoch {epoch:g}")
