@@ -8,9 +8,13 @@ exceeds twice that standard error, else *within noise*.
     mean validation accuracy over the seeds, 4 decimals.
 ``cell/PART/SETTING/EPOCH``
     mean ± sd over the seeds (``report.cell``: 4 decimals; the mean alone for one seed).
-``metric/PART/SETTING/EPOCH/METRIC``, ``pct/PART/SETTING/EPOCH``
-    the mean over seeds of a history column (``val_loss``, ``loss``, ...), 2 decimals; the mean
-    validation accuracy in percent, 1 decimal.
+``metric/PART/SETTING/EPOCH/METRIC[/DIGITS]``, ``pct/PART/SETTING/EPOCH``
+    the mean over seeds of a history column (``val_loss``, ``loss``, ...), 2 decimals unless
+    given; the mean validation accuracy in percent, 1 decimal.
+``seed/PART/SETTING/EPOCH/INDEX``
+    one seed's validation accuracy (INDEX in the seeds' order, from 0), 4 decimals.
+``wgap/PART/SETTING/REFERENCE/FIRST/LAST``
+    the difference of the two settings' ``window`` means, in points, its size with 1 decimal.
 ``each/PART/SETTING/EPOCH``, ``sd/PART/SETTING/EPOCH``
     each seed's validation accuracy in the seeds' order, 4 decimals; their sd in points, 1 decimal.
 ``window/PART/SETTING/FIRST/LAST``
@@ -85,8 +89,18 @@ def _cell(results: Results, part, setting, epoch) -> str:
     return report.cell(results.values(part, setting, float(epoch)))
 
 
-def _metric(results: Results, part, setting, epoch, metric) -> str:
-    return f"{statistics.fmean(results.values(part, setting, float(epoch), metric)):.2f}"
+def _metric(results: Results, part, setting, epoch, metric, digits="2") -> str:
+    value = statistics.fmean(results.values(part, setting, float(epoch), metric))
+    return f"{value:.{int(digits)}f}"
+
+
+def _seed(results: Results, part, setting, epoch, index) -> str:
+    return f"{results.values(part, setting, float(epoch))[int(index)]:.4f}"
+
+
+def _window_gap(results: Results, part, setting, reference, first, last) -> str:
+    mean = float(_window(results, part, setting, first, last))
+    return points(100 * (mean - float(_window(results, part, reference, first, last))))
 
 
 def _pct(results: Results, part, setting, epoch) -> str:
@@ -144,6 +158,8 @@ COMPUTATIONS: dict[str, Callable[..., str]] = {
     "acc": _acc,
     "cell": _cell,
     "each": _each,
+    "seed": _seed,
+    "wgap": _window_gap,
     "metric": _metric,
     "pct": _pct,
     "sd": _sd,
