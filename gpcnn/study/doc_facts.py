@@ -11,8 +11,10 @@ exceeds twice that standard error, else *within noise*.
 ``metric/PART/SETTING/EPOCH/METRIC[/DIGITS]``, ``pct/PART/SETTING/EPOCH``
     the mean over seeds of a history column (``val_loss``, ``loss``, ...), 2 decimals unless
     given; the mean validation accuracy in percent, 1 decimal.
-``seed/PART/SETTING/EPOCH/INDEX``
-    one seed's validation accuracy (INDEX in the seeds' order, from 0), 4 decimals.
+``seed/PART/SETTING/EPOCH/INDEX[/DIGITS]``
+    one seed's validation accuracy (INDEX in the seeds' order, from 0), 4 decimals unless given.
+``seedgaps/PART/SETTING/REFERENCE/EPOCH``
+    each seed's accuracy minus the reference's same seed, in points, 1 decimal each.
 ``wgap/PART/SETTING/REFERENCE/FIRST/LAST``
     the difference of the two settings' ``window`` means, in points, its size with 1 decimal.
 ``each/PART/SETTING/EPOCH``, ``sd/PART/SETTING/EPOCH``
@@ -24,7 +26,7 @@ exceeds twice that standard error, else *within noise*.
     ``pts`` its size with 1 decimal, ``pts2`` with 2, ``pm`` signed with ± twice the standard
     error (2 decimals), ``pmv`` that and the verdict in brackets, ``verdict`` the rule's word,
     ``says`` "within noise of" or "X points below" / "above" (1 decimal: the verdict decides
-    which).
+    which), ``se2`` twice the standard error and ``upper`` the gap's size plus that (1 decimal).
 ``spread/PART/EPOCH/SETTING+SETTING+...``
     the largest minus the smallest of the settings' mean accuracies, in points, 1 decimal.
 ``epochs/PART/SETTING/TARGET``
@@ -66,11 +68,13 @@ def gap_text(diff: float, se: float | None, verdict: str, form: str) -> str:
         return signed(diff) + ("" if se is None else f" ± {2 * se:.2f}")
     if form == "pmv":
         return f"{gap_text(diff, se, verdict, 'pm')} ({verdict})"
+    if form in ("se2", "upper") and se is not None:  # twice the standard error; the gap's far end
+        return f"{2 * se:.1f}" if form == "se2" else f"{abs(diff) + 2 * se:.1f}"
     if form == "says":
         if verdict == "within noise":
             return "within noise of"
         return f"{points(diff)} points {'below' if diff < 0 else 'above'}"
-    raise MissingSource(f"no form {form!r}: pts, pts2, pm, pmv, verdict or says")
+    raise MissingSource(f"no form {form!r}: pts, pts2, pm, pmv, verdict, says, se2 or upper")
 
 
 def _gap(results: Results, part, setting, reference, epoch, form) -> str:
@@ -94,8 +98,18 @@ def _metric(results: Results, part, setting, epoch, metric, digits="2") -> str:
     return f"{value:.{int(digits)}f}"
 
 
-def _seed(results: Results, part, setting, epoch, index) -> str:
-    return f"{results.values(part, setting, float(epoch))[int(index)]:.4f}"
+def _seed(results: Results, part, setting, epoch, index, digits="4") -> str:
+    return f"{results.values(part, setting, float(epoch))[int(index)]:.{int(digits)}f}"
+
+
+def _seed_gaps(results: Results, part, setting, reference, epoch) -> str:
+    """Each seed's gain over the reference's same seed, in points (1 decimal)."""
+    pairs = zip(
+        results.values(part, setting, float(epoch)),
+        results.values(part, reference, float(epoch)),
+        strict=True,
+    )
+    return ", ".join(f"{100 * (a - b):.1f}" for a, b in pairs)
 
 
 def _window_gap(results: Results, part, setting, reference, first, last) -> str:
@@ -159,6 +173,7 @@ COMPUTATIONS: dict[str, Callable[..., str]] = {
     "cell": _cell,
     "each": _each,
     "seed": _seed,
+    "seedgaps": _seed_gaps,
     "wgap": _window_gap,
     "metric": _metric,
     "pct": _pct,

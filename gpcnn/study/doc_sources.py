@@ -9,6 +9,9 @@ part j's fit of the gap against K, the drift ratio, the loading benchmark; and `
 ``hopper/ahead/EPOCH/MERGE``
     the range over the configurations of the hopper's lead on MERGE at EPOCH, in points (0 decimals
     at epoch 1, else 1), and ``hopper/real/EPOCH/MERGE`` in how many configurations it is real.
+``hopper/range/EPOCH/METHOD``
+    the range over part h's configurations of METHOD's (``hopper``, ``average``, ``bmuf``) mean
+    validation accuracy at EPOCH, 2 decimals.
 ``fit/HOW/RULE-mM/K/FORM``
     the gap to one worker at epoch 15 predicted for K by ``gap(K) = a (K - 1)^p`` fitted on the IID
     runs of parts a and f at K <= 8 (``gpcnn.fit.forecast.gap_law``), the rule's own exponent
@@ -95,6 +98,15 @@ def _first_to_90(results: Results) -> str:
         f"in {first} of the {total} configurations (each lead real), within noise of a merge "
         f"in the others ({'; '.join(level)})"
     )
+
+
+def _hopper_range(results: Results, epoch: str, method: str) -> str:
+    """The range over part h's configurations of a method's mean accuracy at ``epoch``."""
+    means = [
+        statistics.fmean(results.values("h", f"{method}@{c}", float(epoch)))
+        for c in _configurations(results)
+    ]
+    return f"{min(means):.2f}–{max(means):.2f}"
 
 
 def _hopper_leads(results: Results, epoch: str, merge: str) -> list[tuple[float, str]]:
@@ -258,6 +270,7 @@ SOURCES: dict[str, Callable[..., str]] = {
     "hopper/first-to-90": _first_to_90,
     "hopper/ahead": _ahead,
     "hopper/real": _real,
+    "hopper/range": _hopper_range,
     "fit/held": _held,
     "fit": _fit,
     "measured": _measured,
