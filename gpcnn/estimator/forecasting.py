@@ -214,13 +214,11 @@ def _announce(db: Database, info: ImageTable, training: list, verbose: int) -> N
         measured = [epoch_seconds(db, str(t.table)) for _, t, _ in training]
         seconds = [s for s in measured if s is not None]
         minutes = PILOT_EPOCHS * sum(seconds) / 60
-        cost = (
-            "the bars show the time left once the first epoch ends"
-            if len(seconds) < len(measured)
-            else f"about {minutes:.0f} minutes, as fits of these tables took"
-            if minutes >= 1
-            else "under a minute, as fits of these tables took"
-        )
+        if len(seconds) < len(measured):
+            cost = "the bars show the time left once the first epoch ends"
+        else:
+            about = "under a minute" if minutes < 1 else f"about {minutes:.0f} minute(s)"
+            cost = f"{about}, as fits of these tables took"
         said = (
             f"{len(training)} pilot(s) of {PILOT_EPOCHS} epochs to train ({', '.join(names)}): "
             + cost
