@@ -143,3 +143,17 @@ def test_predictions_replace_the_predictions_gpcnn_wrote(db, image_table):
     est.predict(image_table, output_table=output, replace=True)
     with pytest.raises(TableError, match="pass replace=True to overwrite the predictions"):
         est.predict(image_table, output_table=output)
+
+
+def test_tables_list_shows_the_predictions_tables_gpcnn_wrote_until_they_are_dropped(
+    db, image_table, capsys
+):
+    out = f"{DATA}.listed_predictions"
+    gpcnn.predict(db, dense_net(), image_table, output_table=out, replace=True)
+    base = ["--database", db.url.render_as_string(hide_password=False), "--schema", db.schema]
+    assert cli.main(["tables", "list", *base]) == 0
+    assert f"{out}  predictions of {image_table}\n" in capsys.readouterr().out
+    with db.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {out}")  # by hand: its catalog row stays behind
+    assert cli.main(["tables", "list", *base]) == 0
+    assert out not in capsys.readouterr().out

@@ -94,6 +94,12 @@ class TableRecords:
             .values(**values)
         )
 
+    def prediction_tables(self) -> Sequence[sa.Row]:
+        t = self.tables.prediction_tables
+        if not shapes.exists(self.conn, self.backend, "prediction_tables"):
+            return []
+        return self.conn.execute(sa.select(t).order_by(t.c.table_schema, t.c.table_name)).all()
+
     def prediction_table(self, table_schema: str, table_name: str):
         """The catalog row of a table gpcnn wrote predictions into, or None."""
         return self._describing(self.tables.prediction_tables, table_schema, table_name)

@@ -31,6 +31,19 @@ from gpcnn.kernel.protocol import SegmentOptions
 PRED_TYPES = ("response", "prob", "topk")
 
 
+def list_prediction_tables(db: Database) -> list[tuple[TableName, str]]:
+    """(table, what it holds predictions of) of every table gpcnn wrote predictions into that
+    still holds them: a table dropped or replaced by hand since is not listed."""
+    with db.begin() as conn:
+        return [
+            (name, row.source)
+            for row in TableRecords(conn, db.backend).prediction_tables()
+            if made_by_gpcnn(
+                row, relation_owner(conn, name := TableName(row.table_schema, row.table_name))
+            )
+        ]
+
+
 def rows_per_image(pred_type: str, top_k: int | None, classes: int) -> int:
     """How many classes each image gets in the output, after checking the request."""
     if pred_type not in PRED_TYPES:

@@ -141,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         subcommand(
             sub,
             "tables",
-            "list, show or drop image tables",
+            "list image and predictions tables, show or drop image tables",
             "gpcnn tables list",
             "gpcnn tables show fm.train   # segments, classes, label skew",
             "gpcnn tables drop fm.train fm.test",

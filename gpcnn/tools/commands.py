@@ -300,6 +300,8 @@ def cmd_tables(args: argparse.Namespace) -> int:
             print("\n\n".join(_table_text(info) for info in shown))
         return 0
     if args.action == "list":
+        from gpcnn.serving.predictions import list_prediction_tables
+
         found = list_tables(db)
         if not found:
             print("no image tables yet: gpcnn load or gpcnn.load_images makes one")
@@ -309,6 +311,8 @@ def cmd_tables(args: argparse.Namespace) -> int:
                 f"{info.table}  {info.images:,} images {shape}, {info.num_classes} classes, "
                 f"{info.segments} segments"
             )
+        for predictions, source in list_prediction_tables(db):
+            print(f"{predictions}  predictions of {source}")
         return 0
     if args.staging:
         from gpcnn.data.staging import sweep
