@@ -93,6 +93,7 @@ NOTEBOOK_PARAMETERS = (
     "SEGMENTS = 4\n"
     "ITERATIONS = 3\n"
     'RULES = ["average", "bmuf"]\n'
+    "FORECAST_EPOCHS = 4\n"
     "LEARNING_RATE = 0.05\n"
     f"DATABASE = {os.environ.get('GPCNN_DATABASE_URL')!r}\n"
     'SCHEMA = "gpcnn_docs"\n'

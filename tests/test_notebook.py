@@ -3,6 +3,8 @@ is committed without outputs."""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import re
 from pathlib import Path
 
@@ -18,6 +20,20 @@ def test_the_notebook_is_committed_without_outputs():
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert code and all(not c.outputs and c.execution_count is None for c in code)
     assert [c for c in code if "parameters" in c.metadata.get("tags", [])]
+
+
+def test_the_documentations_build_sets_every_parameter_the_notebook_has():
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    (parameters,) = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    spec = importlib.util.spec_from_file_location("docs_conf", NOTEBOOK.parents[1] / "docs/conf.py")
+    assert spec is not None and spec.loader is not None
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+
+    def names(source: str) -> set[str]:
+        return {t.id for node in ast.parse(source).body for t in getattr(node, "targets", [])}
+
+    assert names(conf.NOTEBOOK_PARAMETERS) == names(parameters.source)
 
 
 @pytest.mark.slow

@@ -48,12 +48,13 @@ class ConvergencePlan:
 
     def text(self) -> str:
         """The table of candidates and the choice, as ``gpcnn plan`` prints it."""
-        lines = [f"{'setting':<44} {'gap':>6} {'90 % interval':>15} {'s/epoch':>8}  meets"]
+        width = max(len(c.words()) for c in self.candidates)
+        lines = [f"{'setting':<{width}} {'gap':>6} {'90 % interval':>15} {'s/epoch':>8}  meets"]
         for c in self.candidates:
             f = c.forecast
             interval = f"{f.low:.1f} to {f.high:.1f}"
             lines.append(
-                f"{c.words():<44} {f.gap:>6.1f} {interval:>15} {f.seconds_per_epoch:>8.0f}  "
+                f"{c.words():<{width}} {f.gap:>6.1f} {interval:>15} {f.seconds_per_epoch:>8.0f}  "
                 f"{'yes' if c.meets else 'no'}"
             )
         if self.chosen is None:
