@@ -9,7 +9,7 @@ step 2 starts (docs/convergence.md, part k). Step 2 continues each setting's pil
 one-worker pilot with ``fit(table, resume=...)`` and writes ``runs/<name>.json`` (one history per
 run); step 3 reads both. Every step is resumable: a stored pilot is reused by the forecast, a
 finished run is read back, a half-done one continues. ``STUDY_SEEDS`` (default "0 1") limits the
-seeds; ``STUDY_CONFIGS`` (e.g. "1 2") the configurations.
+seeds; ``STUDY_CONFIGS`` (e.g. "3 4") the configurations, in that order.
 """
 
 from __future__ import annotations
@@ -259,9 +259,9 @@ def main() -> None:
     if step == "score":
         score_step()
         return
-    configs = [c for c in CONFIGS if c.number in chosen(os.environ.get("STUDY_CONFIGS"), [])] or [
-        *CONFIGS
-    ]
+    by_number = {c.number: c for c in CONFIGS}
+    wanted = chosen(os.environ.get("STUDY_CONFIGS"), list(by_number))
+    configs = [by_number[n] for n in wanted]  # in the order given
     seeds = chosen(os.environ.get("STUDY_SEEDS"), [0, 1])
     db = gpcnn.connect(schema=SCHEMA)
     gpcnn.install(db)
