@@ -24,7 +24,6 @@ from typing import Any
 import gpcnn
 from gpcnn import models
 from gpcnn.data.mnist import load_fashion_mnist
-from gpcnn.engines.catalog import Catalog
 from gpcnn.fit import runs
 from gpcnn.fit.forecast.pilot_law import PILOT_EPOCHS
 from gpcnn.fit.forecast.pilots import ONE_WORKER, pilot_table
@@ -191,7 +190,17 @@ def continue_run(
         **params,
     )
     model_json = est._model(gpcnn.describe_table(db, table)).to_json()
-    run_id, history = stored_pilot(db, table, est.stored_params(), model_json)
+    # a pilot cut off while it was being continued is left 'running': continue it too
+    stored = est.stored_params()
+    run_id, history = runs.finished_like(
+        db,
+        table,
+        stored,
+        model_json,
+        1,
+        validation_table=stored["validation_table"],
+        unfinished_too=True,
+    )
     if not run_id:
         raise SystemExit(f"{name}: no pilot stored for {table}: run the forecast step first")
     if len(history) < EPOCHS * merges:
@@ -201,31 +210,6 @@ def continue_run(
     target.parent.mkdir(parents=True, exist_ok=True)
     write_json(target, {"table": table, "run_id": run_id, "history": history})
     print(f"{name}: epoch {EPOCHS} val_accuracy {history[-1]['val_accuracy']:.4f}", flush=True)
-
-
-def stored_pilot(db: gpcnn.Database, table: str, params: dict, model_json: str):
-    """(run id, history) of the newest run of this pilot, finished or cut off while it was being
-    continued (a session's end leaves its status ``running``); (0, []) if none."""
-    with db.begin() as conn:
-        catalog = Catalog(conn, db.backend)
-        candidates = sorted(
-            (
-                r.run_id
-                for r in catalog.run_summaries(None)
-                if r.table == table
-                and r.iterations > 0
-                and runs.same_result(r.params, params)
-                and r.params.get("validation_table") == params["validation_table"]
-            ),
-            reverse=True,
-        )
-        for run_id in candidates:
-            run = catalog.run(run_id)
-            if run is not None and runs.architecture(run.model_json) == runs.architecture(
-                model_json
-            ):
-                return run_id, catalog.iterations(run_id)
-    return 0, []
 
 
 def runs_step(db: gpcnn.Database, configs: list[Config], seeds: list[int]) -> None:

@@ -85,11 +85,12 @@ def finished_like(
     iterations: int,
     *,
     validation_table: object = None,
+    unfinished_too: bool = False,
 ) -> tuple[int, list]:
-    """(run id, history) of the newest run of ``table`` that finished with the model
-    ``model_json``, the result-changing parameters of ``params`` and at least ``iterations``
-    stored iterations, validated on ``validation_table`` (as stored) when given; (0, []) if
-    none."""
+    """(run id, history) of the newest run of ``table`` that finished (or, with
+    ``unfinished_too``, was cut off) with the model ``model_json``, the result-changing
+    parameters of ``params`` and at least ``iterations`` stored iterations, validated on
+    ``validation_table`` (as stored) when given; (0, []) if none."""
     with db.begin() as conn:
         catalog = Catalog(conn, db.backend)
         catalog.ensure_tables()
@@ -98,7 +99,7 @@ def finished_like(
                 r.run_id
                 for r in catalog.run_summaries(None)
                 if r.table == table
-                and r.status == "finished"
+                and (unfinished_too or r.status == "finished")
                 and r.iterations >= iterations
                 and same_result(r.params, params)
                 and (
